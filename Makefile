@@ -1,0 +1,35 @@
+# The commands people type. Each works from a fresh clone with Python >= 3.10 and pip.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.clpool-installed
+
+.PHONY: install test check bench lint test-oclgrind clean
+
+install: $(STAMP)
+
+# PoCL from PyPI cannot compile for CPUs newer than its LLVM 14 (e.g. AMD Zen 5): when no
+# device builds a kernel, add Intel's CPU OpenCL runtime from PyPI (the `intel` extra).
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[pocl,test,dev]'
+	$(BIN)/python -c 'import sys, clpool.discovery as d; sys.exit(not any(map(d.builds, d.cl_devices())))' \
+	  || $(BIN)/python -m pip install -q -e '.[pocl,intel,test,dev]'
+	$(BIN)/clpool devices
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+check: $(STAMP)
+	$(BIN)/clpool check
+
+bench: $(STAMP)
+	$(BIN)/clpool bench
+
+lint: $(STAMP)
+	$(BIN)/ruff check clpool tests
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache .ruff_cache

@@ -1,0 +1,31 @@
+"""clpool: the 2-D pooling ops of PyTorch as OpenCL C kernels, on any OpenCL device."""
+
+from .discovery import DeviceInfo, devices
+from .errors import KernelError, PoolArgumentError, PoolError, UnsupportedDtypeError
+from .ops import (
+    adaptive_avg_pool2d,
+    adaptive_avg_pool2d_backward,
+    avg_pool2d,
+    avg_pool2d_backward,
+    max_pool2d,
+    max_pool2d_with_indices,
+    max_pool2d_with_indices_backward,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DeviceInfo",
+    "KernelError",
+    "PoolArgumentError",
+    "PoolError",
+    "UnsupportedDtypeError",
+    "adaptive_avg_pool2d",
+    "adaptive_avg_pool2d_backward",
+    "avg_pool2d",
+    "avg_pool2d_backward",
+    "devices",
+    "max_pool2d",
+    "max_pool2d_with_indices",
+    "max_pool2d_with_indices_backward",
+]

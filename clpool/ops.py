@@ -1,0 +1,271 @@
+"""The seven pooling ops: argument checks, then one OpenCL kernel launch each."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+from . import programs, shapes
+from .discovery import Runtime, fp16_storage_opt_in, has_fp16, has_fp64, runtime, select
+from .errors import PoolArgumentError, Problem, UnsupportedDtypeError, Where, reporting
+
+Tensor = np.ndarray | cla.Array
+
+SOURCES = {"max": "max_pool.cl", "avg": "avg_pool.cl", "adaptive": "adaptive_pool.cl"}
+DTYPE_BITS = {np.dtype(np.float16): 16, np.dtype(np.float32): 32, np.dtype(np.float64): 64}
+INDEX_BITS = {np.dtype(np.int32): 32, np.dtype(np.int64): 64}
+GROUP = 256  # work-items per work-group, when the device allows it
+_launch_lock = threading.Lock()
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def ndrange(device: cl.Device, cols: int, rows: int, planes: int) -> tuple[tuple, tuple]:
+    """Global and local sizes for a kernel with one work-item per (col, row, plane)."""
+    group = min(GROUP, device.max_work_group_size)
+    lx = min(_pow2_at_least(cols), 64, group)
+    ly = min(_pow2_at_least(rows), max(1, group // lx))
+    return (-(-cols // lx) * lx, -(-rows // ly) * ly, planes), (lx, ly, 1)
+
+
+def _dtype_problem(dtype: np.dtype, device: cl.Device) -> str | None:
+    bits = DTYPE_BITS.get(dtype)
+    if bits is None:
+        return f"dtype {dtype.name} is not supported (float16, float32 or float64)"
+    if bits == 64 and not has_fp64(device):
+        return "the device lacks cl_khr_fp64, so float64 is not supported there"
+    if bits == 16 and not (has_fp16(device) or fp16_storage_opt_in()):
+        return ("the device lacks cl_khr_fp16, so float16 is not supported there "
+                "(set CLPOOL_FP16=storage to allow half storage computed in float32)")
+    return None
+
+
+class _Call:
+    """One op call: the device it runs on, its dtype, and its inputs."""
+
+    def __init__(self, where: Where, family: str, device: object, primary: object,
+                 *others: object) -> None:
+        arrays = [primary, *others]
+        on_device = [a for a in arrays if isinstance(a, cla.Array)]
+        if on_device:
+            queue = on_device[0].queue
+            self.rt = Runtime(queue.device, queue.context, queue)
+            where.device = queue.device.name.strip()
+            if any(a.context != queue.context for a in on_device):
+                raise Problem(PoolArgumentError, "device arrays must share one context")
+            if device is not None and select(device).int_ptr != queue.device.int_ptr:
+                raise Problem(PoolArgumentError, f"device={device!r} differs from the device "
+                                                 "of the input arrays")
+        else:
+            self.rt = runtime(select(device))
+            where.device = self.rt.device.name.strip()
+        self.arrays = [a if isinstance(a, cla.Array) else np.asarray(a) for a in arrays]
+        self.host = not isinstance(self.arrays[0], cla.Array)
+        self.dtype = self.arrays[0].dtype
+        where.dtype = self.dtype.name
+        problem = _dtype_problem(self.dtype, self.rt.device)
+        if problem:
+            raise Problem(UnsupportedDtypeError, problem)
+        self.family = family
+        self.index_bits = 64
+
+    def kernel(self, name: str) -> cl.Kernel:
+        options = (f"-DCLPOOL_DTYPE={DTYPE_BITS[self.dtype]}", f"-DCLPOOL_INDEX={self.index_bits}")
+        return programs.kernels(self.rt.context, SOURCES[self.family], options)[name]
+
+    def launch(self, name: str, sizes: tuple[int, int, int], *args: object,
+               local: tuple | None = None) -> None:
+        """Enqueue kernel `name` over `sizes` (cols, rows, planes) or an explicit range."""
+        if local is None:
+            sizes, local = ndrange(self.rt.device, *sizes)
+        values = [a.data if isinstance(a, cla.Array) else a for a in args]
+        values = [np.int32(v) if isinstance(v, int) else v for v in values]
+        kernel = self.kernel(name)
+        with _launch_lock:
+            kernel(self.rt.queue, sizes, local, *values)
+
+    def input(self, i: int, dtype: np.dtype | None = None) -> cla.Array:
+        """Input `i` as a contiguous device array of `dtype` (default: its own)."""
+        a = self.arrays[i]
+        if not isinstance(a, cla.Array):
+            return cla.to_device(self.rt.queue, np.ascontiguousarray(a, dtype=dtype))
+        if dtype is not None and a.dtype != dtype:
+            return self.input_contiguous(a).astype(dtype)
+        return self.input_contiguous(a)
+
+    def input_contiguous(self, a: cla.Array) -> cla.Array:
+        if a.flags.c_contiguous and a.offset == 0 or a.size == 0:
+            return a
+        n, c, h, w = (1,) * (4 - a.ndim) + a.shape
+        strides = (0,) * (4 - a.ndim) + tuple(s // a.dtype.itemsize for s in a.strides)
+        out = cla.empty(self.rt.queue, a.shape, a.dtype)
+        self.launch("clpool_contiguous", (w, h, n * c), a.base_data, out,
+                    np.int64(a.offset // a.dtype.itemsize), c, h, w,
+                    *(np.int64(s) for s in strides))
+        return out
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype | None = None) -> cla.Array:
+        return cla.empty(self.rt.queue, shape, dtype or self.dtype)
+
+    def result(self, out: cla.Array, batched: bool) -> Tensor:
+        """The output in the caller's form: numpy for numpy input, else a device array."""
+        if not batched:
+            out = out.reshape(out.shape[1:])
+        return out.get() if self.host else out
+
+
+def _index_bits(index_dtype: object) -> int:
+    try:
+        return INDEX_BITS[np.dtype(index_dtype)]
+    except (TypeError, KeyError):
+        raise Problem(PoolArgumentError,
+                      f"index_dtype must be int64 or int32, got {index_dtype!r}") from None
+
+
+def _max_forward(label: str, x: Tensor, kernel_size, stride, padding, dilation, ceil_mode,
+                 index_dtype: object, with_indices: bool, device: object):
+    with reporting(label) as where:
+        call = _Call(where, "max", device, x)
+        n, c, h, w = shapes.split_batch(call.arrays[0].shape)
+        win = shapes.window((h, w), kernel_size, stride, padding, dilation, ceil_mode,
+                            family="max")
+        call.index_bits = _index_bits(index_dtype)
+        out_shape = (n, c, win.oh, win.ow)
+        out = call.empty(out_shape)
+        indices = call.empty(out_shape, np.dtype(f"int{call.index_bits}"))
+        if out.size:
+            call.launch("max_pool2d_forward", (win.ow, win.oh, n * c), call.input(0), out,
+                        indices if with_indices else None, h, w, win.oh, win.ow, *win.args())
+        batched = call.arrays[0].ndim == 4
+        return call.result(out, batched), call.result(indices, batched) if with_indices else None
+
+
+def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0, dilation=1,
+               ceil_mode: bool = False, *, device: object = None) -> Tensor:
+    """2-D max pooling, as torch.nn.functional.max_pool2d."""
+    return _max_forward("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode,
+                        "int64", False, device)[0]
+
+
+def max_pool2d_with_indices(x: Tensor, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode: bool = False, *, index_dtype: object = "int64",
+                            device: object = None) -> tuple[Tensor, Tensor]:
+    """2-D max pooling and the flat h*W + w index of each maximum in its input plane."""
+    return _max_forward("max_pool2d_with_indices", x, kernel_size, stride, padding, dilation,
+                        ceil_mode, index_dtype, True, device)
+
+
+def _backward_call(where: Where, family: str, device: object, grad_output: Tensor, x: Tensor,
+                   *more: Tensor) -> tuple[_Call, tuple[int, int, int, int]]:
+    """The call of a backward op: runs where grad_output lives, with x's dtype and shape."""
+    call = _Call(where, family, device, grad_output, x, *more)
+    grad, fwd = call.arrays[0], call.arrays[1]
+    where.dtype = fwd.dtype.name
+    if grad.dtype != fwd.dtype:
+        raise Problem(PoolArgumentError, f"grad_output has dtype {grad.dtype.name} but the "
+                                         f"input has {fwd.dtype.name}")
+    if grad.ndim != fwd.ndim:
+        raise Problem(PoolArgumentError, f"grad_output has {grad.ndim} dimensions but the "
+                                         f"input has {fwd.ndim}")
+    return call, shapes.split_batch(fwd.shape)
+
+
+def max_pool2d_with_indices_backward(grad_output: Tensor, x: Tensor, indices: Tensor,
+                                     kernel_size, stride=None, padding=0, dilation=1,
+                                     ceil_mode: bool = False, *,
+                                     device: object = None) -> Tensor:
+    """Gradient of max_pool2d_with_indices with respect to its input."""
+    with reporting("max_pool2d_with_indices_backward") as where:
+        call, (n, c, h, w) = _backward_call(where, "max", device, grad_output, x, indices)
+        win = shapes.window((h, w), kernel_size, stride, padding, dilation, ceil_mode,
+                            family="max")
+        out_shape = call.arrays[1].shape[:-2] + (win.oh, win.ow)
+        shapes.expect_shape("grad_output", call.arrays[0].shape, out_shape)
+        shapes.expect_shape("indices", call.arrays[2].shape, out_shape)
+        index_dtype = call.arrays[2].dtype
+        if index_dtype.kind not in "iu":
+            raise Problem(PoolArgumentError, f"indices must be integers, got {index_dtype.name}")
+        index_dtype = index_dtype if index_dtype in INDEX_BITS else np.dtype(np.int64)
+        call.index_bits = INDEX_BITS[index_dtype]
+        grad_x = call.empty((n, c, h, w))
+        if grad_x.size:
+            call.launch("max_pool2d_backward", (w, h, n * c), call.input(0),
+                        call.input(2, index_dtype), grad_x, h, w, win.oh, win.ow, *win.args())
+        return call.result(grad_x, call.arrays[1].ndim == 4)
+
+
+def _avg_window(h: int, w: int, kernel_size, stride, padding, ceil_mode):
+    return shapes.window((h, w), kernel_size, stride, padding, 1, ceil_mode, family="avg")
+
+
+def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True, divisor_override: int | None = None, *,
+               device: object = None) -> Tensor:
+    """2-D average pooling, as torch.nn.functional.avg_pool2d."""
+    with reporting("avg_pool2d") as where:
+        call = _Call(where, "avg", device, x)
+        n, c, h, w = shapes.split_batch(call.arrays[0].shape)
+        win = _avg_window(h, w, kernel_size, stride, padding, ceil_mode)
+        div = shapes.divisor(divisor_override)
+        out = call.empty((n, c, win.oh, win.ow))
+        if out.size:
+            call.launch("avg_pool2d_forward", (win.ow, win.oh, n * c), call.input(0), out,
+                        h, w, win.oh, win.ow, *win.args()[:6], int(bool(count_include_pad)), div)
+        return call.result(out, call.arrays[0].ndim == 4)
+
+
+def avg_pool2d_backward(grad_output: Tensor, x: Tensor, kernel_size, stride=None, padding=0,
+                        ceil_mode: bool = False, count_include_pad: bool = True,
+                        divisor_override: int | None = None, *,
+                        device: object = None) -> Tensor:
+    """Gradient of avg_pool2d with respect to its input."""
+    with reporting("avg_pool2d_backward") as where:
+        call, (n, c, h, w) = _backward_call(where, "avg", device, grad_output, x)
+        win = _avg_window(h, w, kernel_size, stride, padding, ceil_mode)
+        div = shapes.divisor(divisor_override)
+        shapes.expect_shape("grad_output", call.arrays[0].shape,
+                            call.arrays[1].shape[:-2] + (win.oh, win.ow))
+        grad_x = call.empty((n, c, h, w))
+        if grad_x.size:
+            call.launch("avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
+                        h, w, win.oh, win.ow, *win.args()[:6], int(bool(count_include_pad)), div)
+        return call.result(grad_x, call.arrays[1].ndim == 4)
+
+
+def adaptive_avg_pool2d(x: Tensor, output_size, *, device: object = None) -> Tensor:
+    """2-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool2d."""
+    with reporting("adaptive_avg_pool2d") as where:
+        call = _Call(where, "adaptive", device, x)
+        n, c, h, w = shapes.split_batch(call.arrays[0].shape)
+        oh, ow = shapes.adaptive_output((h, w), output_size)
+        out = call.empty((n, c, oh, ow))
+        if out.size and (oh, ow) == (1, 1):
+            group = min(GROUP, call.rt.device.max_work_group_size)
+            acc = np.dtype(np.float64 if call.dtype == np.float64 else np.float32)
+            call.launch("adaptive_avg_pool2d_global", (n * c * group,), call.input(0), out,
+                        np.int64(h * w), cl.LocalMemory(group * acc.itemsize), local=(group,))
+        elif out.size:
+            call.launch("adaptive_avg_pool2d_forward", (ow, oh, n * c), call.input(0), out,
+                        h, w, oh, ow)
+        return call.result(out, call.arrays[0].ndim == 4)
+
+
+def adaptive_avg_pool2d_backward(grad_output: Tensor, x: Tensor, *,
+                                 device: object = None) -> Tensor:
+    """Gradient of adaptive_avg_pool2d with respect to its input; the output size is
+    grad_output's."""
+    with reporting("adaptive_avg_pool2d_backward") as where:
+        call, (n, c, h, w) = _backward_call(where, "adaptive", device, grad_output, x)
+        grad, fwd = call.arrays[0], call.arrays[1]
+        shapes.expect_shape("grad_output", grad.shape[:-2], fwd.shape[:-2])
+        oh, ow = grad.shape[-2:]
+        grad_x = call.empty((n, c, h, w))
+        if grad_x.size:
+            call.launch("adaptive_avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
+                        h, w, oh, ow)
+        return call.result(grad_x, fwd.ndim == 4)

@@ -1,0 +1,127 @@
+"""Argument checking and shape math for the pooling ops, as PyTorch defines them.
+
+Pure Python: nothing here touches OpenCL. Failures raise `Problem`, which the op
+turns into a PoolArgumentError naming the op, device and dtype.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+from .errors import PoolArgumentError, Problem
+
+
+def _bad(reason: str) -> Problem:
+    return Problem(PoolArgumentError, reason)
+
+
+def pair(value: object, name: str, *, allow_none: bool = False) -> tuple:
+    """An int or a pair of ints (h, w) as a pair; None entries only where allowed."""
+    items = list(value) if isinstance(value, (tuple, list)) else [value, value]
+    if len(items) == 1:
+        items = items * 2
+    if len(items) != 2:
+        raise _bad(f"{name} must be an int or a pair of ints, got {value!r}")
+    out = []
+    for v in items:
+        if v is None and allow_none:
+            out.append(None)
+            continue
+        if isinstance(v, bool):
+            raise _bad(f"{name} must be an int or a pair of ints, got {value!r}")
+        try:
+            out.append(operator.index(v))
+        except TypeError:
+            raise _bad(f"{name} must be an int or a pair of ints, got {value!r}") from None
+    return tuple(out)
+
+
+def split_batch(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """(N, C, H, W) of a 4-D input, or of a 3-D (C, H, W) input seen as N = 1."""
+    if len(shape) not in (3, 4):
+        raise _bad(f"expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape {shape}")
+    n, c, h, w = shape if len(shape) == 4 else (1, *shape)
+    if c == 0 or h == 0 or w == 0:
+        raise _bad(f"input dimensions other than the batch must be non-zero, got shape {shape}")
+    return n, c, h, w
+
+
+def output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """PyTorch's pooling output size along one axis (may be < 1; the caller checks)."""
+    span = size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)
+    out = span // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+@dataclass(frozen=True)
+class Window:
+    """A sliding window over an (H, W) plane and the output plane it gives."""
+
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    dh: int
+    dw: int
+    oh: int
+    ow: int
+
+    def args(self) -> tuple[int, ...]:
+        """The window's sizes in the order the kernels take them."""
+        return (self.kh, self.kw, self.sh, self.sw, self.ph, self.pw, self.dh, self.dw)
+
+
+def window(hw: tuple[int, int], kernel_size: object, stride: object, padding: object,
+           dilation: object, ceil_mode: bool, *, family: str) -> Window:
+    """Check a max ("max") or average ("avg") pooling window against the input plane."""
+    k = pair(kernel_size, "kernel_size")
+    s = k if stride is None or stride == () or stride == [] else pair(stride, "stride")
+    p = pair(padding, "padding")
+    d = pair(dilation, "dilation")
+    if min(k) <= 0:
+        raise _bad(f"kernel_size must be greater than zero, got {k}")
+    if min(s) <= 0:
+        raise _bad(f"stride must be greater than zero, got {s}")
+    if min(d) <= 0:
+        raise _bad(f"dilation must be greater than zero, got {d}")
+    if min(p) < 0:
+        raise _bad(f"padding must be non-negative, got {p}")
+    for axis in range(2):
+        limit = ((k[axis] - 1) * d[axis] + 1) // 2 if family == "max" else k[axis] // 2
+        if p[axis] > limit:
+            raise _bad(f"padding should be at most half of the kernel size, got padding {p} "
+                       f"for kernel_size {k}" + (f" and dilation {d}" if family == "max" else ""))
+    out = tuple(output_size(hw[a], k[a], s[a], p[a], d[a], bool(ceil_mode)) for a in range(2))
+    if min(out) < 1:
+        raise _bad(f"output size is too small: input plane {hw} gives output {out}")
+    return Window(k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1], out[0], out[1])
+
+
+def adaptive_output(hw: tuple[int, int], output_size: object) -> tuple[int, int]:
+    """The (OH, OW) of adaptive pooling; None keeps that input size."""
+    size = pair(output_size, "output_size", allow_none=True)
+    out = tuple(hw[a] if size[a] is None else size[a] for a in range(2))
+    if min(out) < 0:
+        raise _bad(f"output_size must be non-negative, got {output_size!r}")
+    return out
+
+
+def divisor(value: object) -> int:
+    """divisor_override as a non-zero int (0 means no override)."""
+    if value is None:
+        return 0
+    (v, _) = pair(value, "divisor_override")
+    if v == 0:
+        raise _bad("divisor_override must not be zero")
+    return v
+
+
+def expect_shape(name: str, got: tuple[int, ...], want: tuple[int, ...]) -> None:
+    """Check that a gradient or an index tensor has the forward output's shape."""
+    if tuple(got) != tuple(want):
+        raise _bad(f"{name} must have shape {tuple(want)}, got {tuple(got)}")

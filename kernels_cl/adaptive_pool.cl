@@ -1,0 +1,71 @@
+/* Adaptive average pooling: output cell i of n over an axis of size s spans
+ * [floor(i*s/n), ceil((i+1)*s/n)). */
+
+inline int cell_start(int i, int size, int n) { return (int)(((long)i * size) / n); }
+inline int cell_end(int i, int size, int n) { return (int)(((long)(i + 1) * size + n - 1) / n); }
+
+__kernel void adaptive_avg_pool2d_forward(__global const elem_t *x, __global elem_t *out,
+                                          int H, int W, int OH, int OW)
+{
+    int ow = get_global_id(0), oh = get_global_id(1);
+    if (ow >= OW || oh >= OH)
+        return;
+    long plane = PLANE_ID();
+    __global const elem_t *xp = x + plane * H * W;
+
+    int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
+    int w0 = cell_start(ow, W, OW), w1 = cell_end(ow, W, OW);
+    acc_t sum = 0;
+    for (int h = h0; h < h1; ++h) {
+        long row = (long)h * W;
+        for (int w = w0; w < w1; ++w)
+            sum += LOAD(xp, row + w);
+    }
+    STORE(out, (plane * OH + oh) * OW + ow, sum / (acc_t)((h1 - h0) * (w1 - w0)));
+}
+
+/* grad_x[i] = sum over the cells containing i of grad_out / the cell's area. */
+__kernel void adaptive_avg_pool2d_backward(__global const elem_t *grad_out,
+                                           __global elem_t *grad_x,
+                                           int H, int W, int OH, int OW)
+{
+    int iw = get_global_id(0), ih = get_global_id(1);
+    if (iw >= W || ih >= H)
+        return;
+    long plane = PLANE_ID();
+    __global const elem_t *gp = grad_out + plane * OH * OW;
+
+    int oh0 = cell_start(ih, OH, H), oh1 = cell_end(ih, OH, H);
+    int ow0 = cell_start(iw, OW, W), ow1 = cell_end(iw, OW, W);
+    acc_t g = 0;
+    for (int oh = oh0; oh < oh1; ++oh) {
+        int rows = cell_end(oh, H, OH) - cell_start(oh, H, OH);
+        for (int ow = ow0; ow < ow1; ++ow) {
+            int cols = cell_end(ow, W, OW) - cell_start(ow, W, OW);
+            g += LOAD(gp, (long)oh * OW + ow) / (acc_t)(rows * cols);
+        }
+    }
+    STORE(grad_x, plane * H * W + (long)ih * W + iw, g);
+}
+
+/* Global (1x1) average pooling: one work-group per plane reduces it in local memory.
+ * The work-group size must be a power of two. */
+__kernel void adaptive_avg_pool2d_global(__global const elem_t *x, __global elem_t *out,
+                                         long HW, __local acc_t *scratch)
+{
+    long plane = get_group_id(0);
+    int lid = get_local_id(0), n = get_local_size(0);
+    __global const elem_t *xp = x + plane * HW;
+    acc_t sum = 0;
+    for (long i = lid; i < HW; i += n)
+        sum += LOAD(xp, i);
+    scratch[lid] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int half_n = n / 2; half_n > 0; half_n /= 2) {
+        if (lid < half_n)
+            scratch[lid] += scratch[lid + half_n];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0)
+        STORE(out, plane, scratch[0] / (acc_t)HW);
+}

@@ -1,0 +1,83 @@
+/* clpool shared header: storage and accumulation types, loads and stores, and
+ * the window arithmetic every family uses. OpenCL C 1.2, no extensions needed
+ * except cl_khr_fp64 for double.
+ *
+ * Build options:
+ *   -DCLPOOL_DTYPE=16|32|64   element type in memory: half (computed in float),
+ *                             float or double
+ *   -DCLPOOL_INDEX=32|64      index type of max pooling: int or long
+ */
+#ifndef CLPOOL_DTYPE
+#define CLPOOL_DTYPE 32
+#endif
+
+#if CLPOOL_DTYPE == 16
+typedef half elem_t;
+typedef float acc_t;
+#define LOAD(p, i) vload_half((i), (p))
+#define STORE(p, i, v) vstore_half_rte((v), (i), (p))
+#elif CLPOOL_DTYPE == 64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+typedef double elem_t;
+typedef double acc_t;
+#define LOAD(p, i) ((p)[i])
+#define STORE(p, i, v) ((p)[i] = (v))
+#else
+typedef float elem_t;
+typedef float acc_t;
+#define LOAD(p, i) ((p)[i])
+#define STORE(p, i, v) ((p)[i] = (v))
+#endif
+
+#if CLPOOL_INDEX == 32
+typedef int index_t;
+#else
+typedef long index_t;
+#endif
+
+/* Work-item layout of the elementwise kernels: dimension 0 walks the output
+ * columns, 1 the output rows, 2 the (batch, channel) planes. Plane offsets are
+ * 64-bit so that tensors of more than 2^31 elements index correctly. */
+#define PLANE_ID() ((long)get_global_id(2))
+
+/* Smallest output index o with o*s - p + span > i, i.e. the first window of
+ * stride s, padding p and extent span that reaches input position i. */
+inline int first_window(int i, int s, int p, int span)
+{
+    int reach = i + p - span;  /* window o covers i when o*s > reach */
+    return reach < 0 ? 0 : reach / s + 1;
+}
+
+/* One past the last window that starts at or before input position i. */
+inline int end_window(int i, int s, int p, int out)
+{
+    return min((i + p) / s + 1, out);
+}
+
+/* The average pooling divisor of the window starting at (hs, ws) in padded
+ * coordinates, as PyTorch computes it. */
+inline int avg_divisor(int hs, int ws, int kh, int kw, int H, int W, int ph, int pw,
+                       int count_include_pad, int divisor_override)
+{
+    if (divisor_override != 0)
+        return divisor_override;
+    int he = min(hs + kh, H + ph), we = min(ws + kw, W + pw);
+    if (count_include_pad)
+        return (he - hs) * (we - ws);
+    return (min(he, H) - max(hs, 0)) * (min(we, W) - max(ws, 0));
+}
+
+/* out = the strided 4-D view (N, C, H, W) of `in` starting at element `offset`,
+ * made contiguous. Every program carries it, so no extra build is needed. */
+__kernel void clpool_contiguous(__global const elem_t *in, __global elem_t *out,
+                                long offset, int C, int H, int W,
+                                long sn, long sc, long sh, long sw)
+{
+    int w = get_global_id(0), h = get_global_id(1);
+    if (w >= W || h >= H)
+        return;
+    long plane = PLANE_ID();
+    long n = plane / C, c = plane % C;
+    long src = offset + n * sn + c * sc + h * sh + w * sw;
+    STORE(out, (plane * H + h) * W + w, LOAD(in, src));
+}
