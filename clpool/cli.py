@@ -44,3 +44,35 @@ def devices(as_json: bool) -> None:
             for d in found]
     click.echo(_table(["#", "platform", "device", "type", "OpenCL", "CUs", "memory", "fp16",
                        "fp64"], rows))
+
+
+@main.command()
+@click.option("--device", "device_spec", help="Device index or name (default: CLPOOL_DEVICE, "
+                                               "else the first GPU, else the first CPU).")
+@click.option("--dtype", default="float32", show_default=True,
+              help="float32, float16 or float64.")
+def check(device_spec: str | None, dtype: str) -> None:
+    """Run all seven ops on the device against the float64 reference.
+
+    Exits 1 on any mismatch, 2 when the ops refuse the device or dtype."""
+    import numpy as np
+
+    from . import check as checker
+    from .errors import PoolError
+
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise click.BadParameter(f"not a dtype: {dtype!r}", param_hint="--dtype") from None
+    try:
+        rows = checker.run(device_spec, dt)
+    except PoolError as e:
+        click.echo(str(e), err=True)
+        sys.exit(2)
+    d = discovery.select(device_spec)
+    click.echo(f"{d.platform.name.strip()} | {d.name.strip()}: {dt.name} against the float64 "
+               "reference")
+    click.echo(_table(checker.HEADERS, checker.table_rows(rows)))
+    failed = [r.op for r in rows if not r.passed]
+    click.echo(f"FAILED: {', '.join(failed)}" if failed else "all seven ops pass")
+    sys.exit(1 if failed else 0)

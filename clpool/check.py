@@ -1,0 +1,198 @@
+"""`clpool check`: run all seven ops on a device against the float64 reference.
+
+Each op runs on a few small fixed-seed cases (overlapping windows, padding, ceil mode
+overhang, dilation with windows that miss the plane, ties, NaN, -inf, unbatched input,
+count_include_pad on and off, divisor_override, adaptive down- and upsampling and the
+global 1x1 path). Max pooling values and indices must be bit-exact; every other result is
+judged by its error relative to max(|reference|, 1), so that values near zero, where a
+sum's rounding error is absolute rather than relative, are judged by absolute error.
+
+Tolerances:
+- float64: 1e-12, far above the error of a sum of at most a few hundred doubles.
+- float32: 1e-5, the contract.
+- float16: 1e-3. The kernels load half, compute in float32 and round the result to half
+  once; half has an 11-bit significand, so a correctly rounded result is within
+  2^-11 = 4.9e-4 of the exact value (relative for |x| >= 1, absolute below). 1e-3 allows
+  that rounding plus the float32 arithmetic, and no more than about two units in the last
+  place. The reference is fed the very half values the device sees, so input rounding is
+  not part of the error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import ops
+from . import reference as ref
+
+TOLERANCE = {"float16": 1e-3, "float32": 1e-5, "float64": 1e-12}
+SEED = 20240
+
+
+@dataclass
+class Row:
+    """The outcome of one op on one dtype."""
+
+    op: str
+    dtype: str
+    cases: int
+    error: float  # largest error over the cases (0 for bit-exact results)
+    tolerance: float
+    exact: bool  # True where the op must be bit-exact (max values and indices)
+    mismatch: str  # "" or what failed
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return not self.mismatch
+
+
+def error(got: np.ndarray, want: np.ndarray) -> float:
+    """Largest |got - want| / max(|want|, 1); NaN in the same places counts as equal. A
+    shape, or an integer dtype, that differs is an infinite error."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape or (want.dtype.kind in "iu" and got.dtype != want.dtype):
+        return float("inf")
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    if same.all():
+        return 0.0
+    diff = np.abs(got - want) / np.maximum(np.abs(want), 1.0)
+    diff[same] = 0.0
+    return float(np.nan_to_num(diff, nan=np.inf).max())
+
+
+def _cases(dtype: np.dtype) -> dict[str, list[dict]]:
+    """Inputs and arguments of every case, per op family, rounded to `dtype`."""
+    rng = np.random.default_rng(SEED)
+
+    def data(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(dtype)
+
+    special = rng.integers(-2, 3, (3, 5, 6)).astype(dtype)  # ties everywhere
+    special[0, 1, 2] = np.nan
+    special[1, 0, 0] = special[1, 3, 4] = np.nan
+    special[2, :2, :2] = -np.inf
+    max_cases = [
+        dict(x=data(2, 3, 10, 9), args=(3, 2, 1, 1, True)),
+        dict(x=data(1, 2, 7, 8), args=((2, 3), (1, 2), (1, 1), (2, 1), False),
+             index_dtype="int32"),
+        dict(x=special, args=(2, 1, 0, 1, False)),
+        dict(x=data(1, 2, 3, 3), args=(2, 2, 1, 5, True)),  # windows that miss the plane
+    ]
+    avg_cases = [
+        dict(x=data(2, 3, 10, 9), args=(3, 2, 1, True, True, None)),
+        dict(x=data(2, 3, 10, 9), args=(3, 2, 1, True, False, None)),
+        dict(x=data(1, 2, 7, 8), args=((2, 3), (1, 2), (1, 1), False, True, 5)),
+        dict(x=data(3, 5, 6), args=(2, 1, 0, False, True, None)),
+    ]
+    adaptive_cases = [
+        dict(x=data(2, 3, 10, 9), args=((4, 5),)),
+        dict(x=data(2, 3, 33, 17), args=(1,)),
+        dict(x=data(1, 2, 5, 6), args=((13, 7),)),
+        dict(x=data(3, 7, 6), args=((None, 4),)),
+    ]
+    for group in (max_cases, avg_cases, adaptive_cases):
+        for case in group:
+            case["seed"] = int(rng.integers(2**31))
+    return {"max": max_cases, "avg": avg_cases, "adaptive": adaptive_cases}
+
+
+def _grad(case: dict, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    return np.random.default_rng(case["seed"]).standard_normal(shape).astype(dtype)
+
+
+def _run(label: str, dtype: np.dtype, cases: list[dict], exact: bool,
+         one: Callable[[dict], list[tuple[np.ndarray, np.ndarray, bool]]]) -> Row:
+    """Run `one` on every case; it returns (got, want, must_be_exact) triples."""
+    tol = TOLERANCE[dtype.name]
+    worst, mismatch, seconds = 0.0, "", 0.0
+    for i, case in enumerate(cases):
+        start = time.perf_counter()
+        pairs = one(case)
+        seconds += time.perf_counter() - start
+        for got, want, bit_exact in pairs:
+            err = error(got, want)
+            worst = max(worst, err)
+            if bit_exact and err != 0.0 and not mismatch:
+                mismatch = f"case {i}: not bit-exact"
+            elif err > tol and not mismatch:
+                mismatch = f"case {i}: error {err:.3g} > {tol:g}"
+    return Row(label, dtype.name, len(cases), worst, tol, exact, mismatch, seconds)
+
+
+def run(device: object = None, dtype: object = "float32") -> list[Row]:
+    """Check all seven ops on `device` (as the ops' device= argument) in `dtype`.
+
+    A dtype or device the ops reject raises their PoolError."""
+    dt = np.dtype(dtype)
+    if dt.name not in TOLERANCE:  # let an op refuse it, through the one error handler
+        ops.max_pool2d(np.zeros((1, 1, 2, 2), dt), 2, device=device)
+        raise RuntimeError(f"max_pool2d accepted the unsupported dtype {dt.name}")
+    cases = _cases(dt)
+    rows = []
+
+    def max_values(c):
+        got = ops.max_pool2d(c["x"], *c["args"], device=device)
+        return [(got, ref.max_pool2d(c["x"], *c["args"]).astype(dt), True)]
+
+    def max_indices(c):
+        kind = c.get("index_dtype", "int64")
+        got, got_i = ops.max_pool2d_with_indices(c["x"], *c["args"], index_dtype=kind,
+                                                 device=device)
+        want, want_i = ref.max_pool2d_with_indices(c["x"], *c["args"])
+        return [(got, want.astype(dt), True), (got_i, want_i.astype(kind), True)]
+
+    def max_backward(c):
+        _, idx = ref.max_pool2d_with_indices(c["x"], *c["args"])
+        g = _grad(c, idx.shape, dt)
+        got = ops.max_pool2d_with_indices_backward(g, c["x"], idx, *c["args"], device=device)
+        return [(got, ref.max_pool2d_with_indices_backward(g, c["x"], idx, *c["args"]), False)]
+
+    def avg(c):
+        got = ops.avg_pool2d(c["x"], *c["args"], device=device)
+        return [(got, ref.avg_pool2d(c["x"], *c["args"]), False)]
+
+    def avg_backward(c):
+        g = _grad(c, ref.avg_pool2d(c["x"], *c["args"]).shape, dt)
+        got = ops.avg_pool2d_backward(g, c["x"], *c["args"], device=device)
+        return [(got, ref.avg_pool2d_backward(g, c["x"], *c["args"]), False)]
+
+    def adaptive(c):
+        got = ops.adaptive_avg_pool2d(c["x"], *c["args"], device=device)
+        return [(got, ref.adaptive_avg_pool2d(c["x"], *c["args"]), False)]
+
+    def adaptive_backward(c):
+        g = _grad(c, ref.adaptive_avg_pool2d(c["x"], *c["args"]).shape, dt)
+        got = ops.adaptive_avg_pool2d_backward(g, c["x"], device=device)
+        return [(got, ref.adaptive_avg_pool2d_backward(g, c["x"]), False)]
+
+    for label, family, exact, one in (
+        ("max_pool2d", "max", True, max_values),
+        ("max_pool2d_with_indices", "max", True, max_indices),
+        ("max_pool2d_with_indices_backward", "max", False, max_backward),
+        ("avg_pool2d", "avg", False, avg),
+        ("avg_pool2d_backward", "avg", False, avg_backward),
+        ("adaptive_avg_pool2d", "adaptive", False, adaptive),
+        ("adaptive_avg_pool2d_backward", "adaptive", False, adaptive_backward),
+    ):
+        rows.append(_run(label, dt, cases[family], exact, one))
+    return rows
+
+
+def table_rows(rows: list[Row]) -> list[list[str]]:
+    """The rows of the check table: op, dtype, cases, max error, tolerance, result, time."""
+    out = []
+    for r in rows:
+        tol = "exact" if r.exact else f"{r.tolerance:g}"
+        result = "pass" if r.passed else f"FAIL ({r.mismatch})"
+        out.append([r.op, r.dtype, str(r.cases), f"{r.error:.3g}", tol, result,
+                    f"{r.seconds * 1e3:.1f} ms"])
+    return out
+
+
+HEADERS = ["op", "dtype", "cases", "max error", "tolerance", "result", "time"]

@@ -1,0 +1,205 @@
+"""A float64 reference of the seven pooling ops, for checks and tests.
+
+Written from SPEC.md and PyTorch's ATen CPU code, independently of the OpenCL kernels
+and of clpool.shapes: plain loops over the output (forward) or scatters from the output
+(backward, as ATen's CPU kernels do), with the batch and channel planes vectorised by
+numpy. Inputs are numpy arrays (3-D unbatched or 4-D), any dtype numpy can turn into
+float64; results are float64 (indices int64) with the input's rank. Arguments are taken
+to be valid: checking them is the ops' job.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _pair(value) -> tuple[int, int]:
+    if isinstance(value, (tuple, list)):
+        return (int(value[0]), int(value[-1]))
+    return (int(value), int(value))
+
+
+def _planes(x: np.ndarray) -> np.ndarray:
+    """x as float64 planes (N*C, H, W)."""
+    x = np.asarray(x)
+    return x.astype(np.float64).reshape((-1,) + x.shape[-2:])
+
+
+def _restore(planes: np.ndarray, like_shape: tuple[int, ...]) -> np.ndarray:
+    """(N*C, h, w) planes back to the batch dims of `like_shape`."""
+    return planes.reshape(tuple(like_shape[:-2]) + planes.shape[-2:])
+
+
+def pooled_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """floor or ceil((size + 2p - d(k-1) - 1) / s) + 1; in ceil mode a last window that
+    would start inside the right padding is dropped."""
+    span = (size + 2 * p - d * (k - 1) - 1) / s
+    out = (math.ceil(span) if ceil_mode else math.floor(span)) + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def _window_args(shape, kernel_size, stride, padding, dilation, ceil_mode):
+    k, p, d = _pair(kernel_size), _pair(padding), _pair(dilation)
+    s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) \
+        else _pair(stride)
+    h, w = shape[-2:]
+    oh = pooled_size(h, k[0], s[0], p[0], d[0], ceil_mode)
+    ow = pooled_size(w, k[1], s[1], p[1], d[1], ceil_mode)
+    return k, s, p, d, oh, ow
+
+
+# ---------------------------------------------------------------- max pooling
+
+
+def max_pool2d_with_indices(x, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode=False):
+    """(values, int64 indices). ATen's CPU loop: padding is never read, start from -inf with
+    the index of the window's first in-plane element, take v when v > best or v is NaN (so the
+    last NaN wins, ties keep the first). A window with no element gives -inf and index -1."""
+    xp = _planes(x)
+    planes, h, w = xp.shape
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw), oh, ow = _window_args(
+        xp.shape, kernel_size, stride, padding, dilation, ceil_mode)
+    out = np.empty((planes, oh, ow))
+    idx = np.empty((planes, oh, ow), np.int64)
+    for i in range(oh):
+        rows = [r for r in range(i * sh - ph, i * sh - ph + kh * dh, dh) if 0 <= r < h]
+        for j in range(ow):
+            cols = [c for c in range(j * sw - pw, j * sw - pw + kw * dw, dw) if 0 <= c < w]
+            best = np.full(planes, -np.inf)
+            where = np.full(planes, rows[0] * w + cols[0] if rows and cols else -1, np.int64)
+            for r in rows:
+                for c in cols:
+                    v = xp[:, r, c]
+                    take = (v > best) | np.isnan(v)
+                    best = np.where(take, v, best)
+                    where = np.where(take, r * w + c, where)
+            out[:, i, j] = best
+            idx[:, i, j] = where
+    shape = np.shape(x)
+    return _restore(out, shape), _restore(idx, shape)
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    return max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)[0]
+
+
+def max_pool2d_with_indices_backward(grad_output, x, indices, kernel_size, stride=None,
+                                     padding=0, dilation=1, ceil_mode=False):
+    """Adds each grad_output element to the input element its index names; an index that
+    names no element of the plane is ignored."""
+    shape = np.shape(x)
+    *_, oh, ow = _window_args(shape, kernel_size, stride, padding, dilation, ceil_mode)
+    assert np.shape(grad_output) == tuple(shape[:-2]) + (oh, ow), "grad_output shape"
+    assert np.shape(indices) == np.shape(grad_output), "indices shape"
+    h, w = shape[-2:]
+    g = _planes(grad_output).reshape(-1, oh * ow)
+    ind = np.asarray(indices).astype(np.int64).reshape(g.shape)
+    grad = np.zeros((g.shape[0], h * w))
+    ok = (ind >= 0) & (ind < h * w)
+    plane = np.broadcast_to(np.arange(g.shape[0])[:, None], g.shape)
+    np.add.at(grad, (plane[ok], ind[ok]), g[ok])
+    return grad.reshape(shape)
+
+
+# ---------------------------------------------------------------- average pooling
+
+
+def _avg_windows(shape, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                 divisor_override):
+    """(oh, ow, cells): a cell (i, j, rows slice, cols slice, divisor) for every output
+    element, as ATen computes them: the count_include_pad divisor is the window clipped to
+    the padded input, and divisor_override wins."""
+    h, w = shape[-2:]
+    (kh, kw), (sh, sw), (ph, pw), _, oh, ow = _window_args(
+        shape, kernel_size, stride, padding, 1, ceil_mode)
+    cells = []
+    for i in range(oh):
+        h0 = i * sh - ph
+        h1 = min(h0 + kh, h + ph)
+        for j in range(ow):
+            w0 = j * sw - pw
+            w1 = min(w0 + kw, w + pw)
+            padded_area = (h1 - h0) * (w1 - w0)
+            r0, r1, c0, c1 = max(h0, 0), min(h1, h), max(w0, 0), min(w1, w)
+            if divisor_override:
+                div = divisor_override
+            elif count_include_pad:
+                div = padded_area
+            else:
+                div = (r1 - r0) * (c1 - c0)
+            cells.append((i, j, slice(r0, r1), slice(c0, c1), div))
+    return oh, ow, cells
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    xp = _planes(x)
+    oh, ow, cells = _avg_windows(xp.shape, kernel_size, stride, padding, ceil_mode,
+                                 count_include_pad, divisor_override)
+    out = np.zeros((xp.shape[0], oh, ow))
+    for i, j, rows, cols, div in cells:
+        out[:, i, j] = xp[:, rows, cols].sum(axis=(1, 2)) / div
+    return _restore(out, np.shape(x))
+
+
+def avg_pool2d_backward(grad_output, x, kernel_size, stride=None, padding=0, ceil_mode=False,
+                        count_include_pad=True, divisor_override=None):
+    """Adds grad / divisor to every input element of each window."""
+    shape = np.shape(x)
+    g = _planes(grad_output)
+    oh, ow, cells = _avg_windows(shape, kernel_size, stride, padding, ceil_mode,
+                                 count_include_pad, divisor_override)
+    assert g.shape[1:] == (oh, ow), "grad_output shape"
+    grad = np.zeros((g.shape[0],) + tuple(shape[-2:]))
+    for i, j, rows, cols, div in cells:
+        grad[:, rows, cols] += (g[:, i, j] / div)[:, None, None]
+    return grad.reshape(shape)
+
+
+# ---------------------------------------------------------------- adaptive average pooling
+
+
+def _cell(i: int, size: int, out: int) -> slice:
+    """Adaptive cell i of `out` over `size`: [floor(i*size/out), ceil((i+1)*size/out))."""
+    return slice((i * size) // out, -((-(i + 1) * size) // out))
+
+
+def adaptive_output_size(shape, output_size) -> tuple[int, int]:
+    if isinstance(output_size, (tuple, list)):
+        size = (output_size[0], output_size[-1])
+    else:
+        size = (output_size, output_size)
+    return tuple(shape[-2 + a] if size[a] is None else int(size[a]) for a in range(2))
+
+
+def adaptive_avg_pool2d(x, output_size):
+    xp = _planes(x)
+    _, h, w = xp.shape
+    oh, ow = adaptive_output_size(xp.shape, output_size)
+    out = np.zeros((xp.shape[0], oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            out[:, i, j] = xp[:, _cell(i, h, oh), _cell(j, w, ow)].mean(axis=(1, 2))
+    return _restore(out, np.shape(x))
+
+
+def adaptive_avg_pool2d_backward(grad_output, x):
+    """Adds grad / cell area to every input element of each cell; the output size is
+    grad_output's."""
+    shape = np.shape(x)
+    h, w = shape[-2:]
+    g = _planes(grad_output)
+    _, oh, ow = g.shape
+    grad = np.zeros((g.shape[0], h, w))
+    for i in range(oh):
+        rows = _cell(i, h, oh)
+        for j in range(ow):
+            cols = _cell(j, w, ow)
+            area = (rows.stop - rows.start) * (cols.stop - cols.start)
+            grad[:, rows, cols] += (g[:, i, j] / area)[:, None, None]
+    return grad.reshape(shape)
