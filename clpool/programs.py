@@ -58,9 +58,7 @@ def _build(context: cl.Context, name: str, text: str,
             warnings.simplefilter("ignore", cl.CompilerWarning)
             program.build(options=list(options))
     except cl.Error as e:
-        log = "\n".join(program.get_build_info(d, cl.program_build_info.LOG) or ""
-                        for d in context.devices)
+        # PyOpenCL puts the build log of every device into the message.
         raise Problem(KernelError, f"building {name} with {' '.join(options) or 'no options'} "
-                                   f"failed: {e}", log=log or str(e),
-                      options=" ".join(options)) from e
+                                   f"failed: {e}", log=str(e), options=" ".join(options)) from e
     return {k.function_name: k for k in program.all_kernels()}

@@ -396,7 +396,6 @@ def test_argument_error_from_an_op_has_device_and_dtype(device):
 # ---------------------------------------------------------------- build failures
 
 
-@pytest.mark.filterwarnings("ignore:Pre-build attribute access:UserWarning")  # see xfail below
 def test_build_failure_is_a_kernel_problem_with_log_and_options(fresh_context, monkeypatch):
     monkeypatch.setattr(programs, "source", lambda name: BROKEN)
     before = programs.builds
@@ -422,10 +421,6 @@ def test_build_failure_is_a_kernel_problem_with_log_and_options(fresh_context, m
     assert "no_such_identifier" in e.log
 
 
-@pytest.mark.xfail(strict=True, reason="programs._build reads the log through the pyopencl "
-                   "Program wrapper after a failed build; that makes a fresh, unbuilt program "
-                   "(empty log) and warns 'Pre-build attribute access defeats compiler "
-                   "caching'")
 def test_build_failure_emits_no_warning(fresh_context, monkeypatch):
     monkeypatch.setattr(programs, "source", lambda name: BROKEN)
     with warnings.catch_warnings():
@@ -445,7 +440,6 @@ def kernel_folder(tmp_path, monkeypatch):
     programs.source.cache_clear()
 
 
-@pytest.mark.filterwarnings("ignore:Pre-build attribute access:UserWarning")  # see xfail below
 def test_build_failure_inside_an_op_is_a_kernel_error(device, kernel_folder):
     shipped = programs._HERE.parent / "kernels_cl"
     if not (shipped / programs.HEADER).is_file():
