@@ -22,6 +22,11 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# Every kernel under the Oclgrind simulator (apt-get install oclgrind): invalid accesses,
+# data races and uninitialized reads fail the run. See RELIABILITY.md.
+test-oclgrind: $(STAMP)
+	$(BIN)/python -m pytest -q -m oclgrind
+
 check: $(STAMP)
 	$(BIN)/clpool check
 

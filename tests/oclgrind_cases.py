@@ -1,0 +1,290 @@
+"""Every clpool kernel on tiny cases, for a run under the Oclgrind simulator.
+
+tests/test_oclgrind.py runs this file in a subprocess whose environment registers Oclgrind
+(OCL_ICD_VENDORS, OCLGRIND_* flags, CLPOOL_DEVICE=oclgrind) and reads its stderr, where
+Oclgrind writes its diagnostics. Run by hand:
+
+    python tests/oclgrind_cases.py [--dtype float32|float64] [--only SUBSTRING]
+
+Before each case it writes a line `=== case NAME` to stderr, so that a diagnostic can be
+traced to its case. Every result is compared with clpool.reference (float64); a mismatch
+is printed to stdout as `MISMATCH NAME: ...` and makes the exit status 1. At the end it
+prints `launched DTYPE: K1,K2,...`, the kernels that ran for each dtype, so the test can
+check that every `__kernel` in kernels_cl/ ran.
+
+--keep-buffers keeps every OpenCL buffer alive until the process ends. Under Oclgrind
+21.10 with OCLGRIND_UNINITIALIZED=1 this is needed: a buffer that reuses the slot of a
+released, smaller buffer keeps the old size in the plugin's shadow memory, so data a
+kernel wrote past that size is reported as uninitialized (see RELIABILITY.md).
+
+Kernels covered: max_pool2d_forward (with and without indices, int32 and int64),
+max_pool2d_backward (int32 and int64 indices, including indices outside the plane),
+avg_pool2d_forward/backward, adaptive_avg_pool2d_forward/backward,
+adaptive_avg_pool2d_global (output 1x1) and clpool_contiguous (non-contiguous device
+arrays), in float32 and float64.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pyopencl as cl
+import pyopencl._cl as _cl
+import pyopencl.array as cla
+
+import clpool
+from clpool import discovery
+from clpool import reference as ref
+
+Case = tuple[str, Callable[[np.dtype], list[tuple[str, object, object]]]]
+
+# (name, shape, kernel_size, stride, padding, dilation, ceil_mode)
+MAX_WINDOWS = [
+    ("pad-overlap", (1, 2, 5, 6), 3, 2, 1, 1, False),
+    ("nonoverlap", (2, 1, 4, 6), 2, 2, 0, 1, False),
+    ("ceil-overhang", (1, 2, 5, 5), 2, 2, 1, 1, True),
+    ("ceil-stride3", (1, 1, 7, 4), 3, (3, 1), (1, 0), 1, True),
+    ("dilation", (1, 2, 7, 6), 3, 1, 2, 2, False),
+    ("dilation-misses-plane", (1, 2, 1, 2), 2, 1, 1, (2, 3), True),
+    ("plane-1x1", (2, 3, 1, 1), 1, 1, 0, 1, False),
+    ("batch-0", (0, 2, 4, 4), 2, 2, 0, 1, False),
+    ("unbatched", (2, 5, 3), (2, 1), (1, 2), 0, 1, True),
+]
+
+# (name, shape, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+AVG_WINDOWS = [
+    ("pad-overlap", (1, 2, 5, 6), 3, 2, 1, False, True, None),
+    ("pad-exclude", (1, 2, 5, 6), 3, 2, 1, False, False, None),
+    ("nonoverlap", (2, 1, 4, 6), 2, 2, 0, False, True, None),
+    ("ceil-overhang", (1, 2, 5, 5), 2, 2, 1, True, True, None),
+    ("ceil-overhang-exclude", (1, 1, 6, 4), 3, 2, 1, True, False, None),
+    ("divisor-override", (1, 2, 4, 5), 3, 1, 1, True, True, 7),
+    ("plane-1x1", (2, 3, 1, 1), 1, 1, 0, False, True, None),
+    ("batch-0", (0, 2, 4, 4), 2, 2, 0, False, True, None),
+    ("unbatched", (2, 5, 3), (2, 1), (1, 2), (1, 0), True, True, None),
+]
+
+# (name, shape, output_size): (1, 1) runs the global kernel
+ADAPTIVE = [
+    ("shrink", (1, 2, 5, 7), (3, 2)),
+    ("grow", (1, 1, 3, 4), (5, 6)),
+    ("keep-width", (2, 1, 4, 3), (3, None)),
+    ("global", (2, 3, 5, 4), 1),
+    ("global-1x1-plane", (1, 3, 1, 1), (1, 1)),
+    ("plane-1x1", (1, 2, 1, 1), (2, 3)),
+    ("batch-0", (0, 2, 4, 4), (2, 2)),
+    ("global-batch-0", (0, 2, 4, 4), 1),
+    ("unbatched", (2, 5, 3), (2, 2)),
+]
+
+
+def _data(shape: tuple[int, ...], dtype: np.dtype, seed: int, ties: bool = False) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if ties:  # few distinct values: many ties inside a window
+        return rng.integers(-2, 3, size=shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    for seed, (name, shape, k, s, p, d, ceil) in enumerate(MAX_WINDOWS):
+        x = _data(shape, dtype, seed, ties=seed % 2 == 1)
+        args = (k, s, p, d, ceil)
+        yield (f"max_pool2d/{name}", lambda x=x, a=args: clpool.max_pool2d(x, *a),
+               lambda x=x, a=args: ref.max_pool2d(x, *a))
+        for index in ("int64", "int32"):
+            def run(x=x, a=args, index=index):
+                return clpool.max_pool2d_with_indices(x, *a, index_dtype=index)
+
+            yield (f"max_pool2d_with_indices/{name}/{index}", run,
+                   lambda x=x, a=args: ref.max_pool2d_with_indices(x, *a))
+            out, idx = ref.max_pool2d_with_indices(x, *args)
+            idx = idx.astype(index)
+            grad = _data(out.shape, dtype, seed + 100)
+
+            def back(g=grad, x=x, i=idx, a=args):
+                return clpool.max_pool2d_with_indices_backward(g, x, i, *a)
+
+            def back_ref(g=grad, x=x, i=idx, a=args):
+                return ref.max_pool2d_with_indices_backward(g, x, i, *a)
+
+            yield f"max_pool2d_with_indices_backward/{name}/{index}", back, back_ref
+            if idx.size:
+                # indices that name no element of the plane: negative, one past the end,
+                # far past the end; the kernel must ignore them, never read or write there
+                bad = idx.copy()
+                plane = shape[-2] * shape[-1]
+                flat = bad.reshape(-1)
+                limit = np.iinfo(np.dtype(index)).max
+                for j, v in enumerate((-1, plane, plane + 7, -plane - 3, limit)):
+                    flat[j % flat.size] = v
+
+                def back_bad(g=grad, x=x, i=bad, a=args):
+                    return clpool.max_pool2d_with_indices_backward(g, x, i, *a)
+
+                def back_bad_ref(g=grad, x=x, i=bad, a=args):
+                    return ref.max_pool2d_with_indices_backward(g, x, i, *a)
+
+                yield (f"max_pool2d_with_indices_backward/{name}/{index}/out-of-range",
+                       back_bad, back_bad_ref)
+
+
+def avg_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    for seed, (name, shape, k, s, p, ceil, cip, div) in enumerate(AVG_WINDOWS):
+        x = _data(shape, dtype, 200 + seed)
+        args = (k, s, p, ceil, cip, div)
+        yield (f"avg_pool2d/{name}", lambda x=x, a=args: clpool.avg_pool2d(x, *a),
+               lambda x=x, a=args: ref.avg_pool2d(x, *a))
+        grad = _data(ref.avg_pool2d(x, *args).shape, dtype, 300 + seed)
+        yield (f"avg_pool2d_backward/{name}",
+               lambda g=grad, x=x, a=args: clpool.avg_pool2d_backward(g, x, *a),
+               lambda g=grad, x=x, a=args: ref.avg_pool2d_backward(g, x, *a))
+
+
+def adaptive_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    for seed, (name, shape, size) in enumerate(ADAPTIVE):
+        x = _data(shape, dtype, 400 + seed)
+        yield (f"adaptive_avg_pool2d/{name}",
+               lambda x=x, s=size: clpool.adaptive_avg_pool2d(x, s),
+               lambda x=x, s=size: ref.adaptive_avg_pool2d(x, s))
+        grad = _data(ref.adaptive_avg_pool2d(x, size).shape, dtype, 500 + seed)
+        yield (f"adaptive_avg_pool2d_backward/{name}",
+               lambda g=grad, x=x: clpool.adaptive_avg_pool2d_backward(g, x),
+               lambda g=grad, x=x: ref.adaptive_avg_pool2d_backward(g, x))
+
+
+def strided_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    """Non-contiguous pyopencl arrays: the clpool_contiguous kernel of each program."""
+    queue = discovery.runtime(discovery.select()).queue
+    base = _data((2, 3, 6, 7), dtype, 600)
+    on_device = cla.to_device(queue, base)
+    views = {
+        "slice-offset": (on_device[:, 1:, ::2, 1:], base[:, 1:, ::2, 1:]),
+        "transpose": (on_device.transpose((0, 1, 3, 2)), base.transpose(0, 1, 3, 2)),
+        "unbatched": (on_device[1, :, 1:5, ::3], base[1, :, 1:5, ::3]),
+    }
+    for name, (view, host) in views.items():
+        host = np.ascontiguousarray(host)
+        yield (f"contiguous/max_pool2d_with_indices/{name}",
+               lambda v=view: [a.get() for a in clpool.max_pool2d_with_indices(
+                   v, 2, 1, 1, ceil_mode=True)],
+               lambda h=host: ref.max_pool2d_with_indices(h, 2, 1, 1, ceil_mode=True))
+        yield (f"contiguous/avg_pool2d/{name}",
+               lambda v=view: clpool.avg_pool2d(v, 2, 1, 1).get(),
+               lambda h=host: ref.avg_pool2d(h, 2, 1, 1))
+        yield (f"contiguous/adaptive_avg_pool2d/{name}",
+               lambda v=view: clpool.adaptive_avg_pool2d(v, (2, 3)).get(),
+               lambda h=host: ref.adaptive_avg_pool2d(h, (2, 3)))
+        grad_host = _data(ref.adaptive_avg_pool2d(host, (2, 3)).shape, dtype, 601)
+        # a strided grad_output: every other column of a wider device array
+        wide = np.zeros(grad_host.shape[:-1] + (2 * grad_host.shape[-1],), dtype)
+        wide[..., ::2] = grad_host
+        grad_view = cla.to_device(queue, wide)[..., ::2]
+        yield (f"contiguous/adaptive_avg_pool2d_backward/{name}",
+               lambda g=grad_view, v=view: clpool.adaptive_avg_pool2d_backward(g, v).get(),
+               lambda g=grad_host, h=host: ref.adaptive_avg_pool2d_backward(g, h))
+
+
+def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None:
+    """None when `got` matches the float64 reference `want`, else a description."""
+    if isinstance(want, tuple):
+        got = list(got)
+        if len(got) != len(want):
+            return f"{len(got)} results, want {len(want)}"
+        for g, w in zip(got, want, strict=True):
+            problem = compare(name, g, w, dtype)
+            if problem:
+                return problem
+        return None
+    got = got.get() if isinstance(got, cla.Array) else np.asarray(got)
+    want = np.asarray(want)
+    if got.shape != want.shape:
+        return f"shape {got.shape}, want {want.shape}"
+    if want.dtype.kind == "i":  # indices: exact
+        if not np.array_equal(got.astype(np.int64), want):
+            return f"indices differ:\n{got}\nwant\n{want}"
+        return None
+    if got.dtype != dtype:
+        return f"dtype {got.dtype}, want {dtype}"
+    if name.startswith(("max_pool2d/", "max_pool2d_with_indices/", "contiguous/max")):
+        # max pooling is exact: the reference value rounded to the dtype
+        if not np.array_equal(got, want.astype(dtype), equal_nan=True):
+            return f"values differ:\n{got}\nwant\n{want}"
+        return None
+    rtol, atol = (1e-5, 1e-6) if dtype == np.float32 else (1e-12, 1e-13)
+    if not np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
+        return f"values differ:\n{got}\nwant\n{want}"
+    return None
+
+
+FAMILIES = (max_cases, avg_cases, adaptive_cases, strided_cases)
+
+_launched: set[str] = set()
+_kept: list[cl.Buffer] = []
+
+
+def _record_launches() -> None:
+    """Note the name of every kernel enqueued (pyopencl's generated invokers call
+    pyopencl._cl.enqueue_nd_range_kernel)."""
+    enqueue = _cl.enqueue_nd_range_kernel
+
+    def recording(queue, kernel, *args, **kwargs):
+        _launched.add(kernel.function_name)
+        return enqueue(queue, kernel, *args, **kwargs)
+
+    _cl.enqueue_nd_range_kernel = recording
+
+
+def _keep_buffers() -> None:
+    """Never release a buffer made through pyopencl.Buffer (pyopencl.array allocates so)."""
+
+    class KeptBuffer(cl.Buffer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            _kept.append(self)
+
+    cl.Buffer = KeptBuffer
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", action="append", choices=("float32", "float64"))
+    parser.add_argument("--only", default="", help="run the cases whose name contains this")
+    parser.add_argument("--keep-buffers", action="store_true",
+                        help="release no buffer until exit (Oclgrind shadow-memory workaround)")
+    opts = parser.parse_args(argv)
+    _record_launches()
+    if opts.keep_buffers:
+        _keep_buffers()
+    dtypes = [np.dtype(t) for t in (opts.dtype or ("float32", "float64"))]
+    device = discovery.select()
+    print(f"device: {device.platform.name.strip()} | {device.name.strip()}", flush=True)
+    failed = ran = 0
+    for dtype in dtypes:
+        _launched.clear()
+        for family in FAMILIES:
+            for name, run, expect in family(dtype):
+                full = f"{dtype.name}/{name}"
+                if opts.only not in full:
+                    continue
+                print(f"=== case {full}", file=sys.stderr, flush=True)
+                ran += 1
+                try:
+                    problem = compare(name, run(), expect(), dtype)
+                except Exception as e:  # noqa: BLE001 - any failure is a case failure
+                    problem = f"raised {type(e).__name__}: {e}"
+                if problem:
+                    failed += 1
+                    print(f"MISMATCH {full}: {problem}", flush=True)
+                else:
+                    print(f"ok {full}", flush=True)
+        print(f"launched {dtype.name}: {','.join(sorted(_launched))}", flush=True)
+    print(f"=== done: {ran} cases, {failed} failed", file=sys.stderr, flush=True)
+    print(f"{ran} cases, {failed} failed", flush=True)
+    return 1 if failed or not ran else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
