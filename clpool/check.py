@@ -63,7 +63,7 @@ def error(got: np.ndarray, want: np.ndarray) -> float:
         return 0.0
     diff = np.abs(got - want) / np.maximum(np.abs(want), 1.0)
     diff[same] = 0.0
-    return float(np.nan_to_num(diff, nan=np.inf).max())
+    return float(np.nan_to_num(diff, nan=np.inf, posinf=np.inf).max())
 
 
 def _cases(dtype: np.dtype) -> dict[str, list[dict]]:

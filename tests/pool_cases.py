@@ -1,0 +1,155 @@
+"""Fixed-seed random pooling cases, shared by the reference, forward and backward tests."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+from clpool import reference as ref
+
+
+@dataclass
+class Case:
+    """One pooling call: input shape and the op's arguments after the input."""
+
+    shape: tuple[int, ...]
+    kernel_size: object
+    stride: object
+    padding: object
+    dilation: object = 1
+    ceil_mode: bool = False
+    avg: dict = field(default_factory=dict)  # count_include_pad, divisor_override
+
+    @property
+    def max_args(self) -> tuple:
+        return (self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+
+    @property
+    def avg_args(self) -> tuple:
+        return (self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                self.avg.get("count_include_pad", True), self.avg.get("divisor_override"))
+
+    def __str__(self) -> str:
+        return (f"shape={self.shape} k={self.kernel_size} s={self.stride} p={self.padding} "
+                f"d={self.dilation} ceil={self.ceil_mode} {self.avg}")
+
+
+def _form(rng: np.random.Generator, pair: tuple[int, int]) -> object:
+    """A pair as an int, a tuple or a list, as users write them."""
+    if pair[0] == pair[1] and rng.random() < 0.5:
+        return pair[0]
+    return list(pair) if rng.random() < 0.2 else pair
+
+
+def _window_shape(rng: np.random.Generator, family: str) -> tuple[tuple, tuple, tuple]:
+    """Random (kernel, stride, dilation); now and then a kernel too big to be specialised."""
+    big = rng.random() < 0.1
+    k = tuple(int(v) for v in rng.integers(9, 11, 2) if big) or \
+        tuple(int(v) for v in rng.integers(1, 5, 2))
+    d = tuple(int(v) for v in rng.integers(1, 4, 2)) if family == "max" and not big else (1, 1)
+    s = tuple(int(v) for v in rng.integers(1, 5, 2))
+    if rng.random() < 0.4:  # overlapping windows are the interesting ones for backward
+        s = tuple(int(rng.integers(1, kk + 1)) for kk in k)
+    return k, s, d
+
+
+def window_cases(seed: int, count: int, *, family: str, torch_rule: bool = False,
+                 max_hw: int = 12, batch: tuple[int, ...] = (2, 3),
+                 windows: int = 8) -> list[Case]:
+    """`count` random valid cases of the "max" or "avg" family over `windows` random
+    (kernel, stride, dilation) triples: clpool builds a program per small window, so the
+    number of triples, not of cases, sets the build time.
+
+    Padding follows the contract: p <= ((k-1)*d+1)//2 for max and p <= k//2 for avg;
+    with torch_rule it is p <= k//2 for both, as torch 2.x checks."""
+    rng = np.random.default_rng(seed)
+    triples = [_window_shape(rng, family) for _ in range(windows)]
+    cases: list[Case] = []
+    while len(cases) < count:
+        k, s, d = triples[int(rng.integers(len(triples)))]
+        limits = [kk // 2 if torch_rule or family == "avg" else ((kk - 1) * dd + 1) // 2
+                  for kk, dd in zip(k, d, strict=True)]
+        p = tuple(int(rng.integers(0, lim + 1)) for lim in limits)
+        ceil = bool(rng.integers(2))
+        hw = tuple(int(v) for v in rng.integers(1, max(max_hw, *k) + 1, 2))
+        if any(ref.pooled_size(hw[a], k[a], s[a], p[a], d[a], ceil) < 1 for a in range(2)):
+            continue
+        lead = tuple(int(rng.integers(1, b + 1)) for b in batch)
+        if rng.random() < 0.15:
+            lead = lead[1:]  # unbatched (C, H, W)
+        stride = None if s == k and rng.random() < 0.5 else _form(rng, s)
+        avg = {}
+        if family == "avg":
+            avg["count_include_pad"] = bool(rng.integers(2))
+            if rng.random() < 0.3:
+                avg["divisor_override"] = int(rng.choice([-3, 1, 2, 5, 7]))
+        cases.append(Case(lead + hw, _form(rng, k), stride, _form(rng, p), _form(rng, d),
+                          ceil, avg))
+    return cases
+
+
+def adaptive_cases(seed: int, count: int, max_hw: int = 12) -> list[tuple[tuple, object]]:
+    """(input shape, output_size) pairs: down- and upsampling, None entries, 1x1."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)),
+                 int(rng.integers(1, max_hw + 1)), int(rng.integers(1, max_hw + 1)))
+        if rng.random() < 0.15:
+            shape = shape[1:]
+        size: object = tuple(int(v) for v in rng.integers(1, max_hw + 2, 2))
+        roll = rng.random()
+        if roll < 0.1:
+            size = 1
+        elif roll < 0.2:
+            size = (None, size[1])
+        out.append((shape, size))
+    return out
+
+
+def data(rng: np.random.Generator, shape: tuple[int, ...], dtype=np.float32,
+         special: bool = False) -> np.ndarray:
+    """Random input; with `special`, often small integers (ties) and some NaN and -inf."""
+    if special and rng.random() < 0.5:
+        x = rng.integers(-2, 3, shape).astype(np.float64)
+    else:
+        x = rng.standard_normal(shape)
+    if special:
+        x[rng.random(shape) < 0.04] = np.nan
+        x[rng.random(shape) < 0.04] = -np.inf
+    return x.astype(dtype)
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal shape, dtype and bytes (NaN payloads included)."""
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def assert_close(got, want, rtol: float = 1e-5, context: object = "") -> None:
+    """|got - want| <= rtol * max(|want|, 1) elementwise (the check command's measure)."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, f"shape {got.shape} != {want.shape} {context}"
+    with np.errstate(invalid="ignore"):
+        err = np.abs(got - want) / np.maximum(np.abs(want), 1.0)
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    bad = ~same & ~(err <= rtol)
+    assert not bad.any(), (f"{bad.sum()} elements differ, worst {np.nanmax(err[bad])} "
+                           f"{context}")
+
+
+def message_re(label: str, device: cl.Device, dtype: str) -> str:
+    return (rf"^{re.escape(label)} kernel failed \(device={re.escape(device.name.strip())}, "
+            rf"dtype={dtype}\): \S")
+
+
+def check_error(info: pytest.ExceptionInfo, label: str, device: cl.Device, dtype: str) -> None:
+    """The one-handler contract: message format and the exception's attributes."""
+    e = info.value
+    assert re.match(message_re(label, device, dtype), str(e)), str(e)
+    assert (e.label, e.device, e.dtype) == (label, device.name.strip(), dtype)
+    assert e.reason and str(e).endswith(e.reason)

@@ -1,0 +1,329 @@
+"""The backward ops on the suite's device, against the float64 reference and torch autograd."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+import pytest
+from pool_cases import adaptive_cases, assert_close, check_error, data, same_bits, window_cases
+
+import clpool
+from clpool import reference as ref
+
+
+@pytest.fixture(params=["specialised", "generic"])
+def variant(request, monkeypatch) -> int:
+    """Small windows built as constants (the default) and not (CLPOOL_SPECIALIZE=0)."""
+    monkeypatch.setenv("CLPOOL_SPECIALIZE", "1" if request.param == "specialised" else "0")
+    return 0 if request.param == "specialised" else 50
+
+
+def _max_bw(g, x, idx, case_args, **kw):
+    return clpool.max_pool2d_with_indices_backward(g, x, idx, *case_args, **kw)
+
+
+# ---------------------------------------------------------------- random sweeps
+
+
+def test_max_backward_matches_reference(variant):
+    seed = 2000 + variant
+    rng = np.random.default_rng(seed)
+    for case in window_cases(seed, 80, family="max"):
+        x = data(rng, case.shape, special=True)
+        _, idx = clpool.max_pool2d_with_indices(x, *case.max_args)
+        g = data(rng, idx.shape)
+        got = _max_bw(g, x, idx, case.max_args)
+        assert got.dtype == np.float32 and got.shape == x.shape
+        assert_close(got, ref.max_pool2d_with_indices_backward(g, x, idx, *case.max_args),
+                     1e-5, case)
+
+
+def test_avg_backward_matches_reference(variant):
+    seed = 2100 + variant
+    rng = np.random.default_rng(seed)
+    for case in window_cases(seed, 80, family="avg"):
+        x = data(rng, case.shape)
+        g = data(rng, ref.avg_pool2d(x, *case.avg_args).shape)
+        got = clpool.avg_pool2d_backward(g, x, *case.avg_args)
+        assert_close(got, ref.avg_pool2d_backward(g, x, *case.avg_args), 1e-5, case)
+
+
+def test_adaptive_backward_matches_reference():
+    rng = np.random.default_rng(2200)
+    for shape, size in adaptive_cases(2200, 120):
+        x = data(rng, shape)
+        g = data(rng, ref.adaptive_avg_pool2d(x, size).shape)
+        assert_close(clpool.adaptive_avg_pool2d_backward(g, x),
+                     ref.adaptive_avg_pool2d_backward(g, x), 1e-5, (shape, size))
+
+
+def test_backward_matches_torch_autograd():
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(2300)
+    for case in window_cases(2300, 60, family="max", torch_rule=True):
+        x = data(rng, case.shape, special=True)
+        _, idx = clpool.max_pool2d_with_indices(x, *case.max_args)
+        if (idx == -1).any():
+            continue  # torch's own backward writes out of bounds for such windows
+        g = data(rng, idx.shape)
+        xt = torch.from_numpy(x).requires_grad_()
+        F.max_pool2d(xt, *case.max_args).backward(torch.from_numpy(g))
+        # same additions in the same (oh, ow) order: bit-identical to torch
+        assert same_bits(_max_bw(g, x, idx, case.max_args), xt.grad.numpy()), case
+    for case in window_cases(2301, 60, family="avg"):
+        x = data(rng, case.shape)
+        xt = torch.from_numpy(x).requires_grad_()
+        out = F.avg_pool2d(xt, *case.avg_args)
+        g = data(rng, tuple(out.shape))
+        out.backward(torch.from_numpy(g))
+        assert_close(clpool.avg_pool2d_backward(g, x, *case.avg_args), xt.grad.numpy(), 1e-5,
+                     case)
+    for shape, size in adaptive_cases(2302, 60):
+        x = data(rng, shape)
+        xt = torch.from_numpy(x).requires_grad_()
+        out = F.adaptive_avg_pool2d(xt, size)
+        g = data(rng, tuple(out.shape))
+        out.backward(torch.from_numpy(g))
+        assert_close(clpool.adaptive_avg_pool2d_backward(g, x), xt.grad.numpy(), 1e-5,
+                     (shape, size))
+
+
+# ---------------------------------------------------------------- indices
+
+
+@pytest.mark.parametrize("index_dtype", ["int64", "int32"])
+def test_out_of_range_indices_are_ignored(index_dtype):
+    rng = np.random.default_rng(2400)
+    x = data(rng, (2, 3, 7, 6))
+    args = (3, 1, 1, 1, False)
+    _, idx = clpool.max_pool2d_with_indices(x, *args, index_dtype=index_dtype)
+    info = np.iinfo(idx.dtype)
+    bad = np.array([-1, -2, -7, 42, 43, 1000, info.min, info.max], idx.dtype)  # plane: 0..41
+    mask = rng.random(idx.shape) < 0.3
+    idx[mask] = rng.choice(bad, mask.sum())
+    g = data(rng, idx.shape)
+    got = _max_bw(g, x, idx, args)
+    want = ref.max_pool2d_with_indices_backward(g, x, idx, *args)
+    assert_close(got, want, 1e-5)
+    all_bad = np.full_like(idx, -1)
+    assert (_max_bw(g, x, all_bad, args) == 0).all()
+
+
+def test_empty_windows_give_no_gradient():
+    x = data(np.random.default_rng(2500), (2, 2, 3, 3))
+    args = (2, 2, 1, 5, True)  # the one window's taps are -1 and 4: no element
+    _, idx = clpool.max_pool2d_with_indices(x, *args)
+    assert (idx == -1).all()
+    assert (_max_bw(np.ones(idx.shape, np.float32), x, idx, args) == 0).all()
+
+
+@pytest.mark.xfail(strict=True, reason="max backward gathers only from the windows that "
+                   "contain an element, so an in-plane index outside its own window is "
+                   "dropped; ATen's max_pool2d_with_indices_backward adds it to that element")
+def test_in_plane_index_outside_its_window_counts_like_aten():
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    g = np.ones((1, 1, 2, 2), np.float32)
+    idx = np.zeros((1, 1, 2, 2), np.int64)  # every window names element 0
+    want = ref.max_pool2d_with_indices_backward(g, x, idx, 2)
+    assert want[0, 0, 0, 0] == 4  # what ATen gives too
+    assert_close(_max_bw(g, x, idx, (2,)), want)
+
+
+def test_int32_and_int64_indices_agree():
+    rng = np.random.default_rng(2600)
+    x = data(rng, (2, 3, 9, 8))
+    args = (3, 2, 1, 2, True)
+    _, idx64 = clpool.max_pool2d_with_indices(x, *args)
+    _, idx32 = clpool.max_pool2d_with_indices(x, *args, index_dtype="int32")
+    assert np.array_equal(idx64, idx32) and idx32.dtype == np.int32
+    g = data(rng, idx64.shape)
+    assert same_bits(_max_bw(g, x, idx64, args), _max_bw(g, x, idx32, args))
+
+
+# ---------------------------------------------------------------- determinism
+
+
+def test_backward_is_deterministic(device):
+    """Heavily overlapping windows, each backward run twice: identical bytes."""
+    rng = np.random.default_rng(2700)
+    dtypes = [np.float32, np.float64] + ([np.float16] if clpool.discovery.has_fp16(device)
+                                         else [])
+    for dtype in dtypes:
+        x = data(rng, (2, 4, 33, 29), dtype, special=True)
+        args = (5, 1, 2, 1, True)
+        _, idx = clpool.max_pool2d_with_indices(x, *args)
+        g = data(rng, idx.shape, dtype)
+        runs = [
+            lambda: _max_bw(g, x, idx, args),  # noqa: B023
+            lambda: clpool.avg_pool2d_backward(g, x, 5, 1, 2, True),  # noqa: B023
+            lambda: clpool.adaptive_avg_pool2d_backward(g[:, :, :7, :5], x),  # noqa: B023
+            lambda: clpool.adaptive_avg_pool2d_backward(g[:, :, :40, :3], x),  # noqa: B023
+        ]
+        for run in runs:
+            first = run()
+            assert same_bits(first, run()), dtype
+
+
+# ---------------------------------------------------------------- shapes, dtypes, layouts
+
+
+def test_empty_batch_and_unbatched():
+    x = np.zeros((0, 3, 6, 5), np.float32)
+    g = np.zeros((0, 3, 3, 2), np.float32)
+    assert _max_bw(g, x, g.astype(np.int64), (2,)).shape == x.shape
+    assert clpool.avg_pool2d_backward(g, x, 2).shape == x.shape
+    assert clpool.adaptive_avg_pool2d_backward(g, x).shape == x.shape
+    rng = np.random.default_rng(2800)
+    x = data(rng, (3, 7, 6))
+    _, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1)
+    g = data(rng, idx.shape)
+    assert_close(_max_bw(g, x, idx, (3, 2, 1)),
+                 ref.max_pool2d_with_indices_backward(g, x, idx, 3, 2, 1))
+    assert_close(clpool.avg_pool2d_backward(g, x, 3, 2, 1),
+                 ref.avg_pool2d_backward(g, x, 3, 2, 1))
+    assert_close(clpool.adaptive_avg_pool2d_backward(g, x),
+                 ref.adaptive_avg_pool2d_backward(g, x))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+def test_float64_and_float16(device, dtype):
+    if dtype == np.float16 and not clpool.discovery.has_fp16(device):
+        pytest.skip("the suite's device has no native fp16")
+    tol = 1e-12 if dtype == np.float64 else 1e-3
+    rng = np.random.default_rng(2900)
+    for case in window_cases(2900, 15, family="max"):
+        x = data(rng, case.shape, dtype, special=True)
+        _, idx = clpool.max_pool2d_with_indices(x, *case.max_args)
+        g = data(rng, idx.shape, dtype)
+        got = _max_bw(g, x, idx, case.max_args)
+        assert got.dtype == dtype
+        assert_close(got, ref.max_pool2d_with_indices_backward(g, x, idx, *case.max_args),
+                     tol, case)
+    for case in window_cases(2901, 15, family="avg"):
+        x = data(rng, case.shape, dtype)
+        g = data(rng, ref.avg_pool2d(x, *case.avg_args).shape, dtype)
+        assert_close(clpool.avg_pool2d_backward(g, x, *case.avg_args),
+                     ref.avg_pool2d_backward(g, x, *case.avg_args), tol, case)
+    for shape, size in adaptive_cases(2902, 15):
+        x = data(rng, shape, dtype)
+        g = data(rng, ref.adaptive_avg_pool2d(x, size).shape, dtype)
+        assert_close(clpool.adaptive_avg_pool2d_backward(g, x),
+                     ref.adaptive_avg_pool2d_backward(g, x), tol, (shape, size))
+
+
+def test_noncontiguous_numpy_gradients():
+    rng = np.random.default_rng(3000)
+    x = data(rng, (2, 3, 8, 7))
+    _, idx = clpool.max_pool2d_with_indices(x, 2, 1)
+    g = data(rng, idx.shape)
+    gt = np.asfortranarray(g)
+    it = idx.transpose(0, 1, 3, 2).copy().transpose(0, 1, 3, 2)
+    assert same_bits(_max_bw(gt, x[:, :, ::-1][:, :, ::-1], it, (2, 1)),
+                     _max_bw(g, x, idx, (2, 1)))
+    assert same_bits(clpool.avg_pool2d_backward(gt, x, 2, 1),
+                     clpool.avg_pool2d_backward(g, x, 2, 1))
+    assert same_bits(clpool.adaptive_avg_pool2d_backward(gt, x),
+                     clpool.adaptive_avg_pool2d_backward(g, x))
+
+
+def test_device_arrays(device):
+    context = cl.Context([device])
+    queue = cl.CommandQueue(context)
+    rng = np.random.default_rng(3100)
+    big = data(rng, (3, 4, 9, 8))
+    x = big[1:, 1:3]
+    _, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1)
+    gbig = data(rng, (3, 4) + idx.shape[2:])
+    g = gbig[1:, 1:3]
+    gd = cla.to_device(queue, gbig)[1:, 1:3]  # offset, non-contiguous device views
+    xd = cla.to_device(queue, big)[1:, 1:3]
+    idxd = cla.to_device(queue, idx)
+    results = {
+        "max": (_max_bw(gd, xd, idxd, (3, 2, 1)), _max_bw(g, x, idx, (3, 2, 1))),
+        "avg": (clpool.avg_pool2d_backward(gd, xd, 3, 2, 1),
+                clpool.avg_pool2d_backward(g, x, 3, 2, 1)),
+        "adaptive": (clpool.adaptive_avg_pool2d_backward(gd, xd),
+                     clpool.adaptive_avg_pool2d_backward(g, x)),
+    }
+    for name, (got, want) in results.items():
+        assert isinstance(got, cla.Array) and got.queue is queue, name
+        assert same_bits(got.get(), want), name
+    # grad_output on the device and the forward input on the host: runs on the device
+    out = clpool.avg_pool2d_backward(gd, x, 3, 2, 1)
+    assert isinstance(out, cla.Array) and same_bits(out.get(), results["avg"][1])
+    del context
+
+
+def test_tall_wide_and_many_planes():
+    for shape in [(1, 1, 100_001, 2), (1, 1, 2, 100_001), (2, 70_001, 2, 2)]:
+        x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+        _, idx = clpool.max_pool2d_with_indices(x, 2, ceil_mode=True)
+        g = np.random.default_rng(3200).standard_normal(idx.shape).astype(np.float32)
+        got = _max_bw(g, x, idx, (2, 2, 0, 1, True))
+        h, w = shape[-2:]
+        want = np.zeros(shape, np.float32)
+        rows = np.minimum(2 * np.arange(idx.shape[2]) + 1, h - 1)
+        cols = np.minimum(2 * np.arange(idx.shape[3]) + 1, w - 1)
+        want[:, :, rows[:, None], cols[None, :]] = g
+        assert same_bits(got, want), shape
+        got = clpool.avg_pool2d_backward(g, x, 2, ceil_mode=True, divisor_override=1)
+        assert same_bits(got, np.repeat(np.repeat(g, 2, 2), 2, 3)[:, :, :h, :w]), shape
+        gm = np.arange(shape[0] * shape[1], dtype=np.float32).reshape(shape[:2] + (1, 1))
+        got = clpool.adaptive_avg_pool2d_backward(gm, x)
+        assert_close(got, np.broadcast_to(gm / (h * w), shape), 1e-6, shape)
+
+
+# ---------------------------------------------------------------- bad arguments
+
+X = np.zeros((2, 3, 6, 6), np.float32)
+G = np.zeros((2, 3, 3, 3), np.float32)
+I = np.zeros((2, 3, 3, 3), np.int64)  # noqa: E741
+BAD = [
+    ("max_pool2d_with_indices_backward", lambda: _max_bw(G[:, :, :2], X, I[:, :, :2], (2,))),
+    ("max_pool2d_with_indices_backward", lambda: _max_bw(G[:1], X, I[:1], (2,))),
+    ("max_pool2d_with_indices_backward", lambda: _max_bw(G[0], X, I[0], (2,))),
+    ("max_pool2d_with_indices_backward", lambda: _max_bw(G, X, I[:, :, :2], (2,))),
+    ("max_pool2d_with_indices_backward", lambda: _max_bw(G, X, I[0], (2,))),
+    ("max_pool2d_with_indices_backward", lambda: _max_bw(G, X, I.astype(np.float32), (2,))),
+    ("max_pool2d_with_indices_backward", lambda: _max_bw(G, X, I, (3,))),  # window mismatch
+    ("max_pool2d_with_indices_backward", lambda: _max_bw(G, X, I, (0,))),
+    ("max_pool2d_with_indices_backward", lambda: _max_bw(G, X, I, (2, 2, 2))),
+    ("max_pool2d_with_indices_backward", lambda: _max_bw(G, X[0, 0], I, (2,))),
+    ("avg_pool2d_backward", lambda: clpool.avg_pool2d_backward(G[:, :, :2], X, 2)),
+    ("avg_pool2d_backward", lambda: clpool.avg_pool2d_backward(G[:, :2], X, 2)),
+    ("avg_pool2d_backward", lambda: clpool.avg_pool2d_backward(G[0], X, 2)),
+    ("avg_pool2d_backward", lambda: clpool.avg_pool2d_backward(G, X, 3)),
+    ("avg_pool2d_backward", lambda: clpool.avg_pool2d_backward(G, X, 2, 2, 2)),
+    ("avg_pool2d_backward", lambda: clpool.avg_pool2d_backward(G, X, 2, divisor_override=0)),
+    ("adaptive_avg_pool2d_backward", lambda: clpool.adaptive_avg_pool2d_backward(G[:1], X)),
+    ("adaptive_avg_pool2d_backward", lambda: clpool.adaptive_avg_pool2d_backward(G[:, :2], X)),
+    ("adaptive_avg_pool2d_backward", lambda: clpool.adaptive_avg_pool2d_backward(G[0], X)),
+    ("adaptive_avg_pool2d_backward",
+     lambda: clpool.adaptive_avg_pool2d_backward(G, X[0, 0])),
+]
+
+
+@pytest.mark.parametrize(("label", "call"), BAD, ids=[f"{i}-{b[0]}" for i, b in enumerate(BAD)])
+def test_bad_arguments(device, label, call):
+    with pytest.raises(clpool.PoolArgumentError) as info:
+        call()
+    assert isinstance(info.value, ValueError)
+    check_error(info, label, device, "float32")
+
+
+@pytest.mark.parametrize("label", ["max_pool2d_with_indices_backward", "avg_pool2d_backward",
+                                   "adaptive_avg_pool2d_backward"])
+def test_grad_output_of_another_dtype(device, label):
+    g64 = G.astype(np.float64)
+    call = {
+        "max_pool2d_with_indices_backward": lambda: _max_bw(g64, X, I, (2,)),
+        "avg_pool2d_backward": lambda: clpool.avg_pool2d_backward(g64, X, 2),
+        "adaptive_avg_pool2d_backward": lambda: clpool.adaptive_avg_pool2d_backward(g64, X),
+    }[label]
+    with pytest.raises(clpool.PoolArgumentError) as info:
+        call()
+    check_error(info, label, device, "float32")
+    with pytest.raises(clpool.UnsupportedDtypeError):
+        clpool.avg_pool2d_backward(G.astype(np.int32), X.astype(np.int32), 2)

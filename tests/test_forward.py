@@ -1,0 +1,515 @@
+"""The forward ops on the suite's device, against the float64 reference and against torch."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+import pytest
+from pool_cases import adaptive_cases, assert_close, check_error, data, same_bits, window_cases
+
+import clpool
+from clpool import programs
+from clpool import reference as ref
+
+NAN, INF = np.nan, np.inf
+
+
+def _ref_max(x, *args):
+    """Reference max values in x's dtype (exact: they are elements of x) and indices."""
+    out, idx = ref.max_pool2d_with_indices(x, *args)
+    return out.astype(np.asarray(x).dtype), idx
+
+
+# ---------------------------------------------------------------- random sweeps
+
+
+@pytest.fixture(params=["specialised", "generic"])
+def variant(request, monkeypatch) -> int:
+    """Run with small windows built as constants (clpool's default) and without
+    (CLPOOL_SPECIALIZE=0); gives a seed offset so the two see different cases."""
+    monkeypatch.setenv("CLPOOL_SPECIALIZE", "1" if request.param == "specialised" else "0")
+    return 0 if request.param == "specialised" else 50
+
+
+def test_max_matches_reference(variant):
+    seed = 1000 + variant
+    rng = np.random.default_rng(seed)
+    for case in window_cases(seed, 100, family="max"):
+        x = data(rng, case.shape, special=True)
+        want, want_i = _ref_max(x, *case.max_args)
+        out, idx = clpool.max_pool2d_with_indices(x, *case.max_args)
+        assert same_bits(out, want), case
+        assert same_bits(idx, want_i), case
+        assert same_bits(clpool.max_pool2d(x, *case.max_args), want), case
+
+
+def test_avg_matches_reference(variant):
+    seed = 1100 + variant
+    rng = np.random.default_rng(seed)
+    for case in window_cases(seed, 100, family="avg"):
+        x = data(rng, case.shape)
+        out = clpool.avg_pool2d(x, *case.avg_args)
+        assert out.dtype == np.float32
+        assert_close(out, ref.avg_pool2d(x, *case.avg_args), 1e-5, case)
+
+
+def test_adaptive_matches_reference():
+    rng = np.random.default_rng(1200)
+    for shape, size in adaptive_cases(1200, 120):
+        x = data(rng, shape)
+        assert_close(clpool.adaptive_avg_pool2d(x, size), ref.adaptive_avg_pool2d(x, size),
+                     1e-5, (shape, size))
+
+
+def test_max_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1300)
+    for case in window_cases(1300, 80, family="max", torch_rule=True):
+        x = data(rng, case.shape, special=True)
+        want, want_i = torch.nn.functional.max_pool2d_with_indices(torch.from_numpy(x),
+                                                                   *case.max_args)
+        out, idx = clpool.max_pool2d_with_indices(x, *case.max_args)
+        assert same_bits(out, want.numpy()), case  # NaN payloads too
+        hit = idx != -1  # where the window misses the plane torch's index is meaningless
+        assert np.array_equal(idx[hit], want_i.numpy()[hit]), case
+
+
+def test_avg_and_adaptive_match_torch():
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(1400)
+    for case in window_cases(1400, 60, family="avg"):
+        x = data(rng, case.shape)
+        want = F.avg_pool2d(torch.from_numpy(x), *case.avg_args).numpy()
+        assert_close(clpool.avg_pool2d(x, *case.avg_args), want, 1e-5, case)
+    for shape, size in adaptive_cases(1401, 60):
+        x = data(rng, shape)
+        want = F.adaptive_avg_pool2d(torch.from_numpy(x), size).numpy()
+        assert_close(clpool.adaptive_avg_pool2d(x, size), want, 1e-5, (shape, size))
+
+
+# ---------------------------------------------------------------- edge cases by name
+
+
+def test_ceil_mode_overhang():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 5, 4)).astype(np.float32)
+    # k=3, s=2, p=1: ceil gives 3 x 3 (floor 3 x 2); the last window overhangs the input
+    out, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1, ceil_mode=True)
+    want, want_i = _ref_max(x, 3, 2, 1, 1, True)
+    assert out.shape == (2, 3, 3, 3) and same_bits(out, want) and same_bits(idx, want_i)
+    for cip in (True, False):
+        got = clpool.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=cip)
+        assert_close(got, ref.avg_pool2d(x, 3, 2, 1, True, cip))
+    # the divisor of the overhanging corner is the window clipped to the padded input
+    ones = np.ones((1, 1, 4, 4), np.float32)
+    got = clpool.avg_pool2d(ones, 3, 2, 1, ceil_mode=True)
+    assert_close(got[0, 0, 2], [2 / 6, 3 / 6, 1 / 4])
+    # a window that would start inside the right padding is dropped: H=3, k=2, s=2, p=1
+    assert clpool.max_pool2d(np.zeros((1, 1, 3, 3), np.float32), 2, 2, 1,
+                             ceil_mode=True).shape == (1, 1, 2, 2)
+
+
+@pytest.mark.parametrize("index_dtype", ["int64", "int32"])
+def test_dilated_window_missing_the_plane(index_dtype):
+    x = np.random.default_rng(2).standard_normal((2, 2, 3, 3)).astype(np.float32)
+    out, idx = clpool.max_pool2d_with_indices(x, 2, 2, 1, 5, True, index_dtype=index_dtype)
+    assert out.shape == (2, 2, 1, 1) and (out == -INF).all()
+    assert idx.dtype == np.dtype(index_dtype) and (idx == -1).all()
+    # only the columns miss: torch would return the in-plane index 4 here
+    out, idx = clpool.max_pool2d_with_indices(x, (1, 2), 2, (0, 1), 5, True,
+                                              index_dtype=index_dtype)
+    assert out.shape == (2, 2, 2, 1) and (out == -INF).all() and (idx == -1).all()
+
+
+def test_padding_limit_of_the_contract_for_dilated_max():
+    # p <= ((k-1)*d + 1) // 2: k=2, d=5 allows p=3 (torch 2.x allows only p <= k//2 = 1)
+    x = np.random.default_rng(3).standard_normal((1, 2, 7, 8)).astype(np.float32)
+    out, idx = clpool.max_pool2d_with_indices(x, 2, 1, 3, 5)
+    want, want_i = _ref_max(x, 2, 1, 3, 5, False)
+    assert same_bits(out, want) and same_bits(idx, want_i)
+    out, idx = clpool.max_pool2d_with_indices(x[:, :, :3, :3], 2, 1, 2, 5)  # taps -2 and 3
+    assert out.shape == (1, 2, 2, 2) and (out == -INF).all() and (idx == -1).all()
+    with pytest.raises(clpool.PoolArgumentError):
+        clpool.max_pool2d(x, 2, 1, 4, 5)
+
+
+def test_single_nan():
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    x[0, 0, 0, 0] = NAN
+    out, idx = clpool.max_pool2d_with_indices(x, 2)
+    assert np.isnan(out[0, 0, 0, 0]) and idx[0, 0, 0, 0] == 0
+    assert out[0, 0].ravel()[1:].tolist() == [7, 13, 15] and idx.ravel()[1:].tolist() == [7, 13, 15]
+
+
+def test_several_nans_last_wins():
+    x = np.zeros((1, 1, 3, 4), np.float32)
+    bits = x.view(np.uint32)
+    bits[0, 0, 0, 1], bits[0, 0, 1, 0], bits[0, 0, 2, 3] = 0x7FC00001, 0x7FC00002, 0x7FC00003
+    x[0, 0, 2, 0] = 5
+    out, idx = clpool.max_pool2d_with_indices(x, (3, 4))
+    assert idx.item() == 11 and np.isnan(out.item())
+    assert out.view(np.uint32).item() == 0x7FC00003  # the NaN itself, as torch returns it
+    out, idx = clpool.max_pool2d_with_indices(x, (3, 3), 1)  # windows with one or two NaNs
+    assert idx.ravel().tolist() == [4, 11]
+
+
+def test_neg_inf_inputs():
+    x = np.full((1, 1, 4, 4), -INF, np.float32)
+    x[0, 0, 3, 3] = -1
+    out, idx = clpool.max_pool2d_with_indices(x, 2)
+    assert out.ravel().tolist() == [-INF, -INF, -INF, -1]
+    assert idx.ravel().tolist() == [0, 2, 8, 15]  # all -inf: the window's first element
+    out, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1)  # padding is not read
+    assert idx.ravel().tolist() == [0, 1, 4, 15]
+    assert out.ravel().tolist() == [-INF, -INF, -INF, -1]
+    assert_close(clpool.avg_pool2d(x, 2)[0, 0, 1, 1], -INF)
+
+
+def test_ties_go_to_the_first_in_row_major_order():
+    x = np.array([[[[1, 3, 3], [3, 0, 3], [2, 3, 3]]]], np.float32)
+    out, idx = clpool.max_pool2d_with_indices(x, 2, 1)
+    assert (out == 3).all() and idx.ravel().tolist() == [1, 1, 3, 5]
+    x = np.zeros((1, 1, 2, 2), np.float32)
+    x[0, 0, 1, 0] = -0.0
+    assert clpool.max_pool2d_with_indices(x, 2)[1].item() == 0
+
+
+@pytest.mark.parametrize("c", [1, 3])
+def test_empty_batch(c):
+    x = np.zeros((0, c, 6, 5), np.float32)
+    out, idx = clpool.max_pool2d_with_indices(x, 2)
+    assert out.shape == idx.shape == (0, c, 3, 2) and out.dtype == np.float32
+    assert clpool.max_pool2d(x, 3, 1, 1).shape == (0, c, 6, 5)
+    assert clpool.avg_pool2d(x, 2, ceil_mode=True).shape == (0, c, 3, 3)
+    assert clpool.adaptive_avg_pool2d(x, (4, None)).shape == (0, c, 4, 5)
+    assert clpool.adaptive_avg_pool2d(x, 1).shape == (0, c, 1, 1)
+
+
+def test_unbatched_input():
+    x = np.random.default_rng(4).standard_normal((3, 7, 6)).astype(np.float32)
+    out, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1)
+    want, want_i = _ref_max(x, 3, 2, 1, 1, False)
+    assert out.shape == (3, 4, 3) and same_bits(out, want) and same_bits(idx, want_i)
+    assert_close(clpool.avg_pool2d(x, 2, 1), ref.avg_pool2d(x, 2, 1))
+    assert_close(clpool.adaptive_avg_pool2d(x, (2, 5)), ref.adaptive_avg_pool2d(x, (2, 5)))
+    assert clpool.adaptive_avg_pool2d(x, 1).shape == (3, 1, 1)
+
+
+def _layouts(x: np.ndarray) -> list[np.ndarray]:
+    """x's values in non-contiguous numpy layouts."""
+    big = np.zeros((x.shape[0], x.shape[1], 2 * x.shape[2], x.shape[3] + 3), x.dtype)
+    big[:, :, ::2, 1:-2] = x
+    return [
+        big[:, :, ::2, 1:-2],                                  # strided and offset
+        np.asfortranarray(x),                                  # column-major
+        x.transpose(1, 0, 3, 2).copy().transpose(1, 0, 3, 2),  # permuted strides
+        x[:, :, ::-1, ::-1].copy()[:, :, ::-1, ::-1],          # negative strides
+    ]
+
+
+def test_noncontiguous_numpy_input():
+    x = np.random.default_rng(5).standard_normal((2, 3, 7, 6)).astype(np.float32)
+    want, want_i = clpool.max_pool2d_with_indices(x, 3, 2, 1)
+    want_avg = clpool.avg_pool2d(x, 3, 2, 1)
+    want_ad = clpool.adaptive_avg_pool2d(x, (3, 4))
+    for v in _layouts(x):
+        assert not v.flags.c_contiguous and np.array_equal(v, x)
+        out, idx = clpool.max_pool2d_with_indices(v, 3, 2, 1)
+        assert same_bits(out, want) and same_bits(idx, want_i)
+        assert same_bits(clpool.avg_pool2d(v, 3, 2, 1), want_avg)
+        assert same_bits(clpool.adaptive_avg_pool2d(v, (3, 4)), want_ad)
+
+
+@pytest.fixture
+def queue(device):
+    """A context and queue of the test's own, not clpool's. The context is held here: Intel's
+    CPU runtime invalidates a queue whose context object was released."""
+    context = cl.Context([device])
+    yield cl.CommandQueue(context)
+    del context
+
+
+def test_device_array_in_device_array_out(queue):
+    x = np.random.default_rng(6).standard_normal((2, 3, 7, 6)).astype(np.float32)
+    xd = cla.to_device(queue, x)
+    out, idx = clpool.max_pool2d_with_indices(xd, 3, 2, 1, index_dtype="int32")
+    results = [out, idx, clpool.max_pool2d(xd, 2), clpool.avg_pool2d(xd, 3, 2, 1),
+               clpool.adaptive_avg_pool2d(xd, (3, 4)), clpool.adaptive_avg_pool2d(xd, 1)]
+    for r in results:
+        assert isinstance(r, cla.Array) and r.queue is queue and r.context == queue.context
+    want, want_i = _ref_max(x, 3, 2, 1, 1, False)
+    assert same_bits(out.get(), want) and same_bits(idx.get(), want_i.astype(np.int32))
+    assert same_bits(results[2].get(), clpool.max_pool2d(x, 2))
+    assert same_bits(results[3].get(), clpool.avg_pool2d(x, 3, 2, 1))
+    assert same_bits(results[4].get(), clpool.adaptive_avg_pool2d(x, (3, 4)))
+    assert_close(results[5].get(), ref.adaptive_avg_pool2d(x, 1))
+    # unbatched and empty device arrays
+    out3 = clpool.avg_pool2d(cla.to_device(queue, x[0]), 2)
+    assert isinstance(out3, cla.Array) and out3.shape == (3, 3, 3)
+    empty = clpool.max_pool2d(cla.to_device(queue, x[:0]), 2)
+    assert isinstance(empty, cla.Array) and empty.shape == (0, 3, 3, 3)
+
+
+def test_noncontiguous_and_offset_device_arrays(queue):
+    big = np.random.default_rng(7).standard_normal((3, 4, 10, 9)).astype(np.float32)
+    bd = cla.to_device(queue, big)
+    views = {
+        "offset": (bd[1:], big[1:]),
+        "channels": (bd[:, 1:3], big[:, 1:3]),
+        "rows stepped": (bd[:, :, ::2], big[:, :, ::2]),
+        "window": (bd[1:, :, 2:9, 1:], big[1:, :, 2:9, 1:]),
+        "unbatched offset": (bd[2, 1:], big[2, 1:]),
+    }
+    for name, (v, host) in views.items():
+        out, idx = clpool.max_pool2d_with_indices(v, 3, 2, 1)
+        want, want_i = _ref_max(host, 3, 2, 1, 1, False)
+        assert same_bits(out.get(), want) and same_bits(idx.get(), want_i), name
+        assert_close(clpool.avg_pool2d(v, 2, 1, 1).get(), ref.avg_pool2d(host, 2, 1, 1),
+                     context=name)
+        assert_close(clpool.adaptive_avg_pool2d(v, (2, 3)).get(),
+                     ref.adaptive_avg_pool2d(host, (2, 3)), context=name)
+    assert np.array_equal(bd.get(), big)  # the inputs are left alone
+
+
+@pytest.mark.parametrize("index_dtype", ["int64", "int32", np.int32, np.dtype(np.int64)])
+def test_index_dtypes(index_dtype):
+    x = np.random.default_rng(8).standard_normal((2, 2, 9, 8)).astype(np.float32)
+    out, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1, index_dtype=index_dtype)
+    want, want_i = _ref_max(x, 3, 2, 1, 1, False)
+    assert idx.dtype == np.dtype(index_dtype)
+    assert same_bits(out, want) and np.array_equal(idx, want_i)
+    assert clpool.max_pool2d_with_indices(x, 2)[1].dtype == np.int64  # the default
+
+
+def test_float64():
+    rng = np.random.default_rng(9)
+    for case in window_cases(9, 20, family="max"):
+        x = data(rng, case.shape, np.float64, special=True)
+        out, idx = clpool.max_pool2d_with_indices(x, *case.max_args)
+        want, want_i = _ref_max(x, *case.max_args)
+        assert same_bits(out, want) and same_bits(idx, want_i), case
+    for case in window_cases(10, 20, family="avg"):
+        x = data(rng, case.shape, np.float64)
+        out = clpool.avg_pool2d(x, *case.avg_args)
+        assert out.dtype == np.float64
+        assert_close(out, ref.avg_pool2d(x, *case.avg_args), 1e-12, case)
+    x = data(rng, (2, 3, 11, 7), np.float64)
+    for size in [(3, 4), 1, (13, None)]:
+        assert_close(clpool.adaptive_avg_pool2d(x, size), ref.adaptive_avg_pool2d(x, size),
+                     1e-12, size)
+
+
+def test_float16(device):
+    if not clpool.discovery.has_fp16(device):
+        pytest.skip("the suite's device has no native fp16")
+    rng = np.random.default_rng(11)
+    for case in window_cases(11, 20, family="max"):
+        x = data(rng, case.shape, np.float16, special=True)
+        out, idx = clpool.max_pool2d_with_indices(x, *case.max_args)
+        want, want_i = _ref_max(x, *case.max_args)
+        assert same_bits(out, want) and same_bits(idx, want_i), case
+    for case in window_cases(12, 20, family="avg"):
+        x = data(rng, case.shape, np.float16)
+        out = clpool.avg_pool2d(x, *case.avg_args)
+        assert out.dtype == np.float16
+        assert_close(out, ref.avg_pool2d(x, *case.avg_args), 1e-3, case)
+    x = data(rng, (2, 3, 11, 7), np.float16)
+    for size in [(3, 4), 1, (13, None)]:
+        assert_close(clpool.adaptive_avg_pool2d(x, size), ref.adaptive_avg_pool2d(x, size),
+                     1e-3, size)
+    # averages are computed in float32: a sum past the float16 range does not saturate
+    big = np.full((1, 1, 4, 4), 60000, np.float16)
+    assert clpool.avg_pool2d(big, 4).item() == 60000
+    assert clpool.adaptive_avg_pool2d(big, 1).item() == 60000
+
+
+# ---------------------------------------------------------------- the capability probe
+
+
+def test_float16_rejected_without_fp16(pocl_device, monkeypatch):
+    if clpool.discovery.has_fp16(pocl_device):
+        pytest.skip("this PoCL device has fp16")
+    monkeypatch.delenv("CLPOOL_FP16", raising=False)
+    x = np.zeros((1, 1, 4, 4), np.float16)
+    builds = programs.builds
+    calls = {
+        "max_pool2d": lambda: clpool.max_pool2d(x, 2, device=pocl_device),
+        "max_pool2d_with_indices":
+            lambda: clpool.max_pool2d_with_indices(x, 2, device=pocl_device),
+        "avg_pool2d": lambda: clpool.avg_pool2d(x, 2, device=pocl_device),
+        "adaptive_avg_pool2d": lambda: clpool.adaptive_avg_pool2d(x, 2, device=pocl_device),
+    }
+    for label, call in calls.items():
+        with pytest.raises(clpool.UnsupportedDtypeError) as info:
+            call()
+        assert isinstance(info.value, TypeError)
+        check_error(info, label, pocl_device, "float16")
+        assert "fp16" in info.value.reason
+    assert programs.builds == builds  # rejected before any build
+
+
+def test_float16_storage_opt_in_is_honoured(pocl_device, monkeypatch):
+    """CLPOOL_FP16=storage lets float16 past the probe of a device without cl_khr_fp16.
+
+    PoCL cannot build here, so the input is empty: the op passes the probe and returns
+    without launching a kernel."""
+    monkeypatch.setenv("CLPOOL_FP16", "storage")
+    x = np.zeros((0, 2, 4, 4), np.float16)
+    builds = programs.builds
+    out = clpool.max_pool2d(x, 2, device=pocl_device)
+    assert out.shape == (0, 2, 2, 2) and out.dtype == np.float16
+    assert clpool.avg_pool2d(x, 2, device=pocl_device).dtype == np.float16
+    assert clpool.adaptive_avg_pool2d(x, 3, device=pocl_device).shape == (0, 2, 3, 3)
+    assert programs.builds == builds
+    monkeypatch.setenv("CLPOOL_FP16", "")
+    if not clpool.discovery.has_fp16(pocl_device):
+        with pytest.raises(clpool.UnsupportedDtypeError):
+            clpool.max_pool2d(x, 2, device=pocl_device)
+
+
+def test_storage_opt_in_on_a_native_fp16_device(device, monkeypatch):
+    monkeypatch.setenv("CLPOOL_FP16", "storage")
+    x = np.random.default_rng(13).standard_normal((2, 3, 6, 6)).astype(np.float16)
+    out, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1)
+    want, want_i = _ref_max(x, 3, 2, 1, 1, False)
+    assert same_bits(out, want) and same_bits(idx, want_i)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.bool_, np.complex64,
+                                   np.float128 if hasattr(np, "float128") else np.int16])
+def test_other_dtypes_rejected(device, dtype):
+    x = np.zeros((1, 1, 4, 4), dtype)
+    for label, call in [("max_pool2d", lambda: clpool.max_pool2d(x, 2)),
+                        ("max_pool2d_with_indices", lambda: clpool.max_pool2d_with_indices(x, 2)),
+                        ("avg_pool2d", lambda: clpool.avg_pool2d(x, 2)),
+                        ("adaptive_avg_pool2d", lambda: clpool.adaptive_avg_pool2d(x, 2))]:
+        with pytest.raises(clpool.UnsupportedDtypeError) as info:
+            call()
+        assert isinstance(info.value, TypeError) and isinstance(info.value, clpool.PoolError)
+        check_error(info, label, device, np.dtype(dtype).name)
+
+
+# ---------------------------------------------------------------- bad arguments
+
+X = np.zeros((1, 2, 6, 6), np.float32)
+BAD = [
+    ("max_pool2d", lambda: clpool.max_pool2d(X, 0)),
+    ("max_pool2d", lambda: clpool.max_pool2d(X, (2, 0))),
+    ("max_pool2d", lambda: clpool.max_pool2d(X, -1)),
+    ("max_pool2d", lambda: clpool.max_pool2d(X, 2, 0)),
+    ("max_pool2d", lambda: clpool.max_pool2d(X, 2, (1, -1))),
+    ("max_pool2d", lambda: clpool.max_pool2d(X, 2, 1, 0, 0)),
+    ("max_pool2d", lambda: clpool.max_pool2d(X, 2, 1, -1)),
+    ("max_pool2d", lambda: clpool.max_pool2d(X, 3, 1, 2)),  # p > ((k-1)*d+1)//2
+    ("max_pool2d", lambda: clpool.max_pool2d(X, 7)),  # output size < 1
+    ("max_pool2d", lambda: clpool.max_pool2d(X, 3, 1, 0, 3)),  # dilated window too big
+    ("max_pool2d", lambda: clpool.max_pool2d(X, (1, 2, 3))),
+    ("max_pool2d", lambda: clpool.max_pool2d(X, "a")),
+    ("max_pool2d", lambda: clpool.max_pool2d(X, 2.5)),
+    ("max_pool2d", lambda: clpool.max_pool2d(X, True)),
+    ("max_pool2d", lambda: clpool.max_pool2d(X[0, 0], 2)),  # 2-D
+    ("max_pool2d", lambda: clpool.max_pool2d(X[None], 2)),  # 5-D
+    ("max_pool2d", lambda: clpool.max_pool2d(np.zeros((1, 0, 4, 4), np.float32), 2)),
+    ("max_pool2d", lambda: clpool.max_pool2d(np.zeros((1, 1, 0, 4), np.float32), 1)),
+    ("max_pool2d_with_indices", lambda: clpool.max_pool2d_with_indices(X, 2, index_dtype="int16")),
+    ("max_pool2d_with_indices",
+     lambda: clpool.max_pool2d_with_indices(X, 2, index_dtype="float32")),
+    ("max_pool2d_with_indices", lambda: clpool.max_pool2d_with_indices(X, 2, index_dtype="nope")),
+    ("max_pool2d_with_indices", lambda: clpool.max_pool2d_with_indices(X, 8, 1, 0)),
+    ("avg_pool2d", lambda: clpool.avg_pool2d(X, 0)),
+    ("avg_pool2d", lambda: clpool.avg_pool2d(X, 2, 0)),
+    ("avg_pool2d", lambda: clpool.avg_pool2d(X, 3, 1, 2)),  # p > k//2
+    ("avg_pool2d", lambda: clpool.avg_pool2d(X, 2, 1, -1)),
+    ("avg_pool2d", lambda: clpool.avg_pool2d(X, 7)),
+    ("avg_pool2d", lambda: clpool.avg_pool2d(X, 2, divisor_override=0)),
+    ("avg_pool2d", lambda: clpool.avg_pool2d(X[0, 0], 2)),
+    ("avg_pool2d", lambda: clpool.avg_pool2d(X, (2, 2, 2))),
+    ("adaptive_avg_pool2d", lambda: clpool.adaptive_avg_pool2d(X, -1)),
+    ("adaptive_avg_pool2d", lambda: clpool.adaptive_avg_pool2d(X, (2, -3))),
+    ("adaptive_avg_pool2d", lambda: clpool.adaptive_avg_pool2d(X, (1, 2, 3))),
+    ("adaptive_avg_pool2d", lambda: clpool.adaptive_avg_pool2d(X, "a")),
+    ("adaptive_avg_pool2d", lambda: clpool.adaptive_avg_pool2d(X[0, 0], 2)),
+    ("adaptive_avg_pool2d", lambda: clpool.adaptive_avg_pool2d(X[None], 2)),
+]
+
+
+@pytest.mark.parametrize(("label", "call"), BAD, ids=[f"{i}-{b[0]}" for i, b in enumerate(BAD)])
+def test_bad_arguments(device, label, call):
+    with pytest.raises(clpool.PoolArgumentError) as info:
+        call()
+    assert isinstance(info.value, ValueError)
+    check_error(info, label, device, "float32")
+
+
+def test_bad_device_argument():
+    with pytest.raises(clpool.PoolArgumentError, match=r"^avg_pool2d kernel failed \(device="):
+        clpool.avg_pool2d(X, 2, device="no such device anywhere")
+    with pytest.raises(clpool.PoolArgumentError):
+        clpool.avg_pool2d(X, 2, device=10_000)
+
+
+# ---------------------------------------------------------------- large index arithmetic
+
+
+def _block_mean(x: np.ndarray) -> np.ndarray:
+    """Means of 2 x 2 blocks in ceil mode, not counting what lies past the plane."""
+    n, c, h, w = x.shape
+    padded = np.full((n, c, h + h % 2, w + w % 2), np.nan)
+    padded[:, :, :h, :w] = x
+    return np.nanmean(padded.reshape(n, c, padded.shape[2] // 2, 2, -1, 2), axis=(3, 5))
+
+
+def test_tall_wide_and_many_planes_index_correctly():
+    """Offsets past what small planes exercise: a tall narrow plane, a wide flat one and
+    many planes (the product plane * H * W itself cannot reach 2^31 in this memory budget
+    within the suite's time; see test_plane_offsets_past_2_31 for the opt-in check)."""
+    for shape in [(1, 1, 200_003, 2), (1, 1, 2, 200_003), (3, 70_001, 2, 2)]:
+        x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)  # exact below 2^24
+        h, w = shape[-2:]
+        out, idx = clpool.max_pool2d_with_indices(x, 2, ceil_mode=True)
+        oh, ow = -(-h // 2), -(-w // 2)
+        rows = np.minimum(2 * np.arange(oh) + 1, h - 1)
+        cols = np.minimum(2 * np.arange(ow) + 1, w - 1)
+        assert same_bits(out, x[:, :, rows][:, :, :, cols]), shape
+        assert same_bits(idx[0, 0], (rows[:, None] * w + cols[None, :]).astype(np.int64))
+        assert np.array_equal(idx[-1, -1], idx[0, 0])
+        avg = clpool.avg_pool2d(x, 2, ceil_mode=True, count_include_pad=False)
+        assert_close(avg, _block_mean(x), 1e-6, shape)
+        mean = clpool.adaptive_avg_pool2d(x, 1)
+        assert_close(mean.ravel(), x.reshape(shape[0] * shape[1], -1).astype(np.float64)
+                     .mean(axis=1), 1e-5)
+
+
+@pytest.mark.skipif(not os.environ.get("CLPOOL_TEST_BIG"),
+                    reason="allocates about 10 GiB; set CLPOOL_TEST_BIG=1 to run")
+def test_plane_offsets_past_2_31():
+    """N*C*H*W > 2^31 float16 elements: the last planes start past 2^31 elements."""
+    shape = (1, 65_537, 128, 256)
+    x = np.zeros(shape, np.float16)
+    x[-1, -1, -1, -1] = 7
+    x[-1, -2, 5, 9] = 3
+    out = clpool.max_pool2d(x, 2)
+    assert out[-1, -1, -1, -1] == 7 and out[-1, -2, 2, 4] == 3
+    assert np.count_nonzero(out) == 2
+
+
+@pytest.mark.skipif(not os.environ.get("CLPOOL_TEST_BIG"),
+                    reason="allocates about 9 GiB; set CLPOOL_TEST_BIG=1 to run")
+def test_one_plane_past_2_31():
+    """One float16 plane of more than 2^31 elements: in-plane offsets and int64 indices past
+    2^31 (clpool builds a separate variant for such planes)."""
+    h, w = 65_536, 32_769
+    x = np.zeros((1, 1, h, w), np.float16)
+    x[0, 0, -1, -1] = 7
+    x[0, 0, -3, 5] = 3
+    out, idx = clpool.max_pool2d_with_indices(x, 8, ceil_mode=True)
+    assert out.shape == (1, 1, 8192, 4097)
+    assert out[0, 0, -1, -1] == 7 and idx[0, 0, -1, -1] == h * w - 1 > 2**31
+    assert out[0, 0, -1, 0] == 3 and idx[0, 0, -1, 0] == (h - 3) * w + 5
+    assert np.count_nonzero(out) == 2
+    avg = clpool.avg_pool2d(x, 8, ceil_mode=True)
+    assert avg[0, 0, -1, -1] == np.float16(7 / 8) and avg[0, 0, -1, 0] == np.float16(3 / 64)
