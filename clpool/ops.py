@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pyopencl as cl
@@ -18,7 +21,19 @@ SOURCES = {"max": "max_pool.cl", "avg": "avg_pool.cl", "adaptive": "adaptive_poo
 DTYPE_BITS = {np.dtype(np.float16): 16, np.dtype(np.float32): 32, np.dtype(np.float64): 64}
 INDEX_BITS = {np.dtype(np.int32): 32, np.dtype(np.int64): 64}
 GROUP = 256  # work-items per work-group, when the device allows it
+SPECIALIZE_UP_TO = 8  # windows up to this size are built with their sizes as constants
 _launch_lock = threading.Lock()
+_recording = threading.local()
+
+
+@contextmanager
+def recording() -> Iterator[list[cl.Event]]:
+    """Collect the OpenCL event of every kernel this thread launches inside the block."""
+    _recording.events = events = []
+    try:
+        yield events
+    finally:
+        _recording.events = None
 
 
 def _pow2_at_least(n: int) -> int:
@@ -73,9 +88,23 @@ class _Call:
             raise Problem(UnsupportedDtypeError, problem)
         self.family = family
         self.index_bits = 64
+        self.options: tuple[str, ...] = ()
+
+    def specialize(self, planes: tuple[int, ...], win: shapes.Window | None = None) -> None:
+        """Choose the build variant: 64-bit in-plane offsets for a plane of 2^31 elements or
+        more, and the window sizes as constants for a small window (CLPOOL_SPECIALIZE=0
+        turns that off)."""
+        options = ["-DCLPOOL_LARGE_PLANE"] if max(planes) >= 2**31 else []
+        if (win is not None and max(win.kh, win.kw) <= SPECIALIZE_UP_TO
+                and os.environ.get("CLPOOL_SPECIALIZE", "1") != "0"):
+            sizes = zip(("KH", "KW", "SH", "SW", "DH", "DW"),
+                        (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw), strict=True)
+            options += [f"-DCLPOOL_{name}={value}" for name, value in sizes]
+        self.options = tuple(options)
 
     def kernel(self, name: str) -> cl.Kernel:
-        options = (f"-DCLPOOL_DTYPE={DTYPE_BITS[self.dtype]}", f"-DCLPOOL_INDEX={self.index_bits}")
+        options = (f"-DCLPOOL_DTYPE={DTYPE_BITS[self.dtype]}",
+                   f"-DCLPOOL_INDEX={self.index_bits}", *self.options)
         return programs.kernels(self.rt.context, SOURCES[self.family], options)[name]
 
     def launch(self, name: str, sizes: tuple[int, int, int], *args: object,
@@ -87,24 +116,22 @@ class _Call:
         values = [np.int32(v) if isinstance(v, int) else v for v in values]
         kernel = self.kernel(name)
         with _launch_lock:
-            kernel(self.rt.queue, sizes, local, *values)
+            event = kernel(self.rt.queue, sizes, local, *values)
+        if getattr(_recording, "events", None) is not None:
+            _recording.events.append(event)
 
-    def input(self, i: int, dtype: np.dtype | None = None) -> cla.Array:
-        """Input `i` as a contiguous device array of `dtype` (default: its own)."""
+    def input(self, i: int) -> cla.Array:
+        """Input `i` as a contiguous device array."""
         a = self.arrays[i]
         if not isinstance(a, cla.Array):
-            return cla.to_device(self.rt.queue, np.ascontiguousarray(a, dtype=dtype))
-        if dtype is not None and a.dtype != dtype:
-            return self.input_contiguous(a).astype(dtype)
-        return self.input_contiguous(a)
-
-    def input_contiguous(self, a: cla.Array) -> cla.Array:
+            return cla.to_device(self.rt.queue, np.ascontiguousarray(a))
         if a.flags.c_contiguous and a.offset == 0 or a.size == 0:
             return a
         n, c, h, w = (1,) * (4 - a.ndim) + a.shape
         strides = (0,) * (4 - a.ndim) + tuple(s // a.dtype.itemsize for s in a.strides)
         out = cla.empty(self.rt.queue, a.shape, a.dtype)
-        self.launch("clpool_contiguous", (w, h, n * c), a.base_data, out,
+        kernel = "clpool_contiguous" if a.dtype == self.dtype else "clpool_contiguous_index"
+        self.launch(kernel, (w, h, n * c), a.base_data, out,
                     np.int64(a.offset // a.dtype.itemsize), c, h, w,
                     *(np.int64(s) for s in strides))
         return out
@@ -135,6 +162,7 @@ def _max_forward(label: str, x: Tensor, kernel_size, stride, padding, dilation, 
         win = shapes.window((h, w), kernel_size, stride, padding, dilation, ceil_mode,
                             family="max")
         call.index_bits = _index_bits(index_dtype)
+        call.specialize((h * w, win.oh * win.ow), win)
         out_shape = (n, c, win.oh, win.ow)
         out = call.empty(out_shape)
         indices = call.empty(out_shape, np.dtype(f"int{call.index_bits}"))
@@ -188,14 +216,15 @@ def max_pool2d_with_indices_backward(grad_output: Tensor, x: Tensor, indices: Te
         shapes.expect_shape("grad_output", call.arrays[0].shape, out_shape)
         shapes.expect_shape("indices", call.arrays[2].shape, out_shape)
         index_dtype = call.arrays[2].dtype
-        if index_dtype.kind not in "iu":
-            raise Problem(PoolArgumentError, f"indices must be integers, got {index_dtype.name}")
-        index_dtype = index_dtype if index_dtype in INDEX_BITS else np.dtype(np.int64)
+        if index_dtype not in INDEX_BITS:
+            raise Problem(PoolArgumentError,
+                          f"indices must be int64 or int32, got {index_dtype.name}")
         call.index_bits = INDEX_BITS[index_dtype]
+        call.specialize((h * w, win.oh * win.ow), win)
         grad_x = call.empty((n, c, h, w))
         if grad_x.size:
             call.launch("max_pool2d_backward", (w, h, n * c), call.input(0),
-                        call.input(2, index_dtype), grad_x, h, w, win.oh, win.ow, *win.args())
+                        call.input(2), grad_x, h, w, win.oh, win.ow, *win.args())
         return call.result(grad_x, call.arrays[1].ndim == 4)
 
 
@@ -212,6 +241,7 @@ def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool =
         n, c, h, w = shapes.split_batch(call.arrays[0].shape)
         win = _avg_window(h, w, kernel_size, stride, padding, ceil_mode)
         div = shapes.divisor(divisor_override)
+        call.specialize((h * w, win.oh * win.ow), win)
         out = call.empty((n, c, win.oh, win.ow))
         if out.size:
             call.launch("avg_pool2d_forward", (win.ow, win.oh, n * c), call.input(0), out,
@@ -230,6 +260,7 @@ def avg_pool2d_backward(grad_output: Tensor, x: Tensor, kernel_size, stride=None
         div = shapes.divisor(divisor_override)
         shapes.expect_shape("grad_output", call.arrays[0].shape,
                             call.arrays[1].shape[:-2] + (win.oh, win.ow))
+        call.specialize((h * w, win.oh * win.ow), win)
         grad_x = call.empty((n, c, h, w))
         if grad_x.size:
             call.launch("avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
@@ -243,6 +274,7 @@ def adaptive_avg_pool2d(x: Tensor, output_size, *, device: object = None) -> Ten
         call = _Call(where, "adaptive", device, x)
         n, c, h, w = shapes.split_batch(call.arrays[0].shape)
         oh, ow = shapes.adaptive_output((h, w), output_size)
+        call.specialize((h * w, oh * ow))
         out = call.empty((n, c, oh, ow))
         if out.size and (oh, ow) == (1, 1):
             group = min(GROUP, call.rt.device.max_work_group_size)
@@ -264,6 +296,7 @@ def adaptive_avg_pool2d_backward(grad_output: Tensor, x: Tensor, *,
         grad, fwd = call.arrays[0], call.arrays[1]
         shapes.expect_shape("grad_output", grad.shape[:-2], fwd.shape[:-2])
         oh, ow = grad.shape[-2:]
+        call.specialize((h * w, oh * ow))
         grad_x = call.empty((n, c, h, w))
         if grad_x.size:
             call.launch("adaptive_avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,

@@ -1,8 +1,38 @@
 /* Adaptive average pooling: output cell i of n over an axis of size s spans
  * [floor(i*s/n), ceil((i+1)*s/n)). */
 
-inline int cell_start(int i, int size, int n) { return (int)(((long)i * size) / n); }
-inline int cell_end(int i, int size, int n) { return (int)(((long)(i + 1) * size + n - 1) / n); }
+/* floor(i*size/n), or the ceiling when `up`. While the operands are small a float
+ * quotient corrected by one step is exact (integer division is slow on GPUs and does
+ * not vectorize on CPUs); larger ones take 64-bit division. */
+inline int scaled_floor(int i, int size, int n, int up)
+{
+    if (size < 46341 && n < 46341) {
+        uint num = (uint)i * (uint)size + (up ? (uint)(n - 1) : 0u);
+        uint q = (uint)((float)num / (float)n);
+        q -= q * (uint)n > num;
+        q += (q + 1) * (uint)n <= num;
+        return (int)q;
+    }
+    return (int)(((long)i * size + (up ? n - 1 : 0)) / n);
+}
+inline int cell_start(int i, int size, int n) { return scaled_floor(i, size, n, 0); }
+inline int cell_end(int i, int size, int n) { return scaled_floor(i + 1, size, n, 1); }
+
+/* Sum of xp[row + w0 .. row + w1) with four partial sums, so loads overlap. */
+inline acc_t row_sum(__global const elem_t *xp, long row, int w0, int w1)
+{
+    acc_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int w = w0;
+    for (; w + 4 <= w1; w += 4) {
+        s0 += LOAD(xp, row + w);
+        s1 += LOAD(xp, row + w + 1);
+        s2 += LOAD(xp, row + w + 2);
+        s3 += LOAD(xp, row + w + 3);
+    }
+    for (; w < w1; ++w)
+        s0 += LOAD(xp, row + w);
+    return (s0 + s1) + (s2 + s3);
+}
 
 __kernel void adaptive_avg_pool2d_forward(__global const elem_t *x, __global elem_t *out,
                                           int H, int W, int OH, int OW)
@@ -16,11 +46,8 @@ __kernel void adaptive_avg_pool2d_forward(__global const elem_t *x, __global ele
     int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
     int w0 = cell_start(ow, W, OW), w1 = cell_end(ow, W, OW);
     acc_t sum = 0;
-    for (int h = h0; h < h1; ++h) {
-        long row = (long)h * W;
-        for (int w = w0; w < w1; ++w)
-            sum += LOAD(xp, row + w);
-    }
+    for (int h = h0; h < h1; ++h)
+        sum += row_sum(xp, (long)h * W, w0, w1);
     STORE(out, (plane * OH + oh) * OW + ow, sum / (acc_t)((h1 - h0) * (w1 - w0)));
 }
 
@@ -42,10 +69,10 @@ __kernel void adaptive_avg_pool2d_backward(__global const elem_t *grad_out,
         int rows = cell_end(oh, H, OH) - cell_start(oh, H, OH);
         for (int ow = ow0; ow < ow1; ++ow) {
             int cols = cell_end(ow, W, OW) - cell_start(ow, W, OW);
-            g += LOAD(gp, (long)oh * OW + ow) / (acc_t)(rows * cols);
+            g += LOAD(gp, (pos_t)oh * OW + ow) / (acc_t)(rows * cols);
         }
     }
-    STORE(grad_x, plane * H * W + (long)ih * W + iw, g);
+    STORE(grad_x, plane * H * W + (pos_t)ih * W + iw, g);
 }
 
 /* Global (1x1) average pooling: one work-group per plane reduces it in local memory.
@@ -56,10 +83,17 @@ __kernel void adaptive_avg_pool2d_global(__global const elem_t *x, __global elem
     long plane = get_group_id(0);
     int lid = get_local_id(0), n = get_local_size(0);
     __global const elem_t *xp = x + plane * HW;
-    acc_t sum = 0;
-    for (long i = lid; i < HW; i += n)
-        sum += LOAD(xp, i);
-    scratch[lid] = sum;
+    acc_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    long i = lid;
+    for (; i + 3 * n < HW; i += 4 * n) {
+        s0 += LOAD(xp, i);
+        s1 += LOAD(xp, i + n);
+        s2 += LOAD(xp, i + 2 * n);
+        s3 += LOAD(xp, i + 3 * n);
+    }
+    for (; i < HW; i += n)
+        s0 += LOAD(xp, i);
+    scratch[lid] = (s0 + s1) + (s2 + s3);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int half_n = n / 2; half_n > 0; half_n /= 2) {
         if (lid < half_n)

@@ -5,6 +5,8 @@ __kernel void avg_pool2d_forward(__global const elem_t *x, __global elem_t *out,
                                  int kh, int kw, int sh, int sw, int ph, int pw,
                                  int count_include_pad, int divisor_override)
 {
+    int dh = 1, dw = 1;
+    FIX_WINDOW();
     int ow = get_global_id(0), oh = get_global_id(1);
     if (ow >= OW || oh >= OH)
         return;
@@ -12,13 +14,16 @@ __kernel void avg_pool2d_forward(__global const elem_t *x, __global elem_t *out,
     __global const elem_t *xp = x + plane * H * W;
 
     int hs = oh * sh - ph, ws = ow * sw - pw;
-    int h0 = max(hs, 0), w0 = max(ws, 0);
-    int h1 = min(hs + kh, H), w1 = min(ws + kw, W);
     acc_t sum = 0;
-    for (int h = h0; h < h1; ++h) {
-        long row = (long)h * W;
-        for (int w = w0; w < w1; ++w)
-            sum += LOAD(xp, row + w);
+    for (int i = 0; i < kh; ++i) {
+        int h = hs + i;
+        if (!INSIDE(h, H))
+            continue;
+        for (int j = 0; j < kw; ++j) {
+            int w = ws + j;
+            if (INSIDE(w, W))
+                sum += LOAD(xp, (pos_t)h * W + w);
+        }
     }
     int div = avg_divisor(hs, ws, kh, kw, H, W, ph, pw, count_include_pad, divisor_override);
     STORE(out, (plane * OH + oh) * OW + ow, sum / (acc_t)div);
@@ -30,6 +35,8 @@ __kernel void avg_pool2d_backward(__global const elem_t *grad_out, __global elem
                                   int kh, int kw, int sh, int sw, int ph, int pw,
                                   int count_include_pad, int divisor_override)
 {
+    int dh = 1, dw = 1;
+    FIX_WINDOW();
     int iw = get_global_id(0), ih = get_global_id(1);
     if (iw >= W || ih >= H)
         return;
@@ -38,13 +45,18 @@ __kernel void avg_pool2d_backward(__global const elem_t *grad_out, __global elem
 
     int oh0 = first_window(ih, sh, ph, kh), oh1 = end_window(ih, sh, ph, OH);
     int ow0 = first_window(iw, sw, pw, kw), ow1 = end_window(iw, sw, pw, OW);
+    int nh = (kh + sh - 1) / sh, nw = (kw + sw - 1) / sw;
     acc_t g = 0;
-    for (int oh = oh0; oh < oh1; ++oh) {
-        for (int ow = ow0; ow < ow1; ++ow) {
+    for (int a = 0; a < nh; ++a) {
+        int oh = oh0 + a;
+        for (int b = 0; b < nw; ++b) {
+            int ow = ow0 + b;
+            if (oh >= oh1 || ow >= ow1)
+                continue;
             int div = avg_divisor(oh * sh - ph, ow * sw - pw, kh, kw, H, W, ph, pw,
                                   count_include_pad, divisor_override);
-            g += LOAD(gp, (long)oh * OW + ow) / (acc_t)div;
+            g += LOAD(gp, (pos_t)oh * OW + ow) / (acc_t)div;
         }
     }
-    STORE(grad_x, plane * H * W + (long)ih * W + iw, g);
+    STORE(grad_x, plane * H * W + (pos_t)ih * W + iw, g);
 }

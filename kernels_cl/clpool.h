@@ -35,13 +35,33 @@ typedef int index_t;
 typedef long index_t;
 #endif
 
-/* Work-item layout of the elementwise kernels: dimension 0 walks the output
- * columns, 1 the output rows, 2 the (batch, channel) planes. Plane offsets are
- * 64-bit so that tensors of more than 2^31 elements index correctly. */
+/* Offsets inside one (H, W) plane: 32-bit unless the host passes
+ * -DCLPOOL_LARGE_PLANE for a plane of 2^31 elements or more. Plane offsets are
+ * always 64-bit, so tensors of more than 2^31 elements index correctly. */
+#ifdef CLPOOL_LARGE_PLANE
+typedef long pos_t;
+#else
+typedef int pos_t;
+#endif
+
+/* Work-item layout of the elementwise kernels: dimension 0 walks the columns,
+ * 1 the rows, 2 the (batch, channel) planes. */
 #define PLANE_ID() ((long)get_global_id(2))
 
-/* Smallest output index o with o*s - p + span > i, i.e. the first window of
- * stride s, padding p and extent span that reaches input position i. */
+/* Window sizes are kernel arguments; with -DCLPOOL_KH=.. -DCLPOOL_KW=.. -DCLPOOL_SH=..
+ * -DCLPOOL_SW=.. -DCLPOOL_DH=.. -DCLPOOL_DW=.. they become compile-time constants,
+ * so the loops over the window unroll and their loads issue together. */
+#ifdef CLPOOL_KH
+#define FIX_WINDOW() (kh = CLPOOL_KH, kw = CLPOOL_KW, sh = CLPOOL_SH, sw = CLPOOL_SW, \
+                      dh = CLPOOL_DH, dw = CLPOOL_DW)
+#else
+#define FIX_WINDOW() ((void)0)
+#endif
+
+/* True when 0 <= i < n. */
+#define INSIDE(i, n) ((uint)(i) < (uint)(n))
+
+/* First window (stride s, padding p, extent span) that reaches input position i. */
 inline int first_window(int i, int s, int p, int span)
 {
     int reach = i + p - span;  /* window o covers i when o*s > reach */
@@ -68,16 +88,19 @@ inline int avg_divisor(int hs, int ws, int kh, int kw, int H, int W, int ph, int
 }
 
 /* out = the strided 4-D view (N, C, H, W) of `in` starting at element `offset`,
- * made contiguous. Every program carries it, so no extra build is needed. */
-__kernel void clpool_contiguous(__global const elem_t *in, __global elem_t *out,
-                                long offset, int C, int H, int W,
-                                long sn, long sc, long sh, long sw)
-{
-    int w = get_global_id(0), h = get_global_id(1);
-    if (w >= W || h >= H)
-        return;
-    long plane = PLANE_ID();
-    long n = plane / C, c = plane % C;
-    long src = offset + n * sn + c * sc + h * sh + w * sw;
-    STORE(out, (plane * H + h) * W + w, LOAD(in, src));
+ * made contiguous: clpool_contiguous for data, clpool_contiguous_index for max
+ * pooling indices. Every program carries both, so no extra build is needed. */
+#define IDENTITY_LOAD(p, i) ((p)[i])
+#define IDENTITY_STORE(p, i, v) ((p)[i] = (v))
+#define CONTIGUOUS_KERNEL(name, T, load, store)                                    \
+__kernel void name(__global const T *in, __global T *out, long offset,              \
+                   int C, int H, int W, long sn, long sc, long sh, long sw)        \
+{                                                                                  \
+    int w = get_global_id(0), h = get_global_id(1);                                \
+    if (w >= W || h >= H)                                                          \
+        return;                                                                    \
+    long plane = PLANE_ID(), n = plane / C, c = plane % C;                         \
+    store(out, (plane * H + h) * W + w, load(in, offset + n * sn + c * sc + h * sh + w * sw)); \
 }
+CONTIGUOUS_KERNEL(clpool_contiguous, elem_t, LOAD, STORE)
+CONTIGUOUS_KERNEL(clpool_contiguous_index, index_t, IDENTITY_LOAD, IDENTITY_STORE)

@@ -1,20 +1,16 @@
 /* Max pooling, forward (one work-item per output) and backward (one per input). */
 
-/* First tap at or after `start` that lies inside [0, size) on a grid of step d. */
-inline int first_tap(int start, int d)
-{
-    return start >= 0 ? start : start + ((-start + d - 1) / d) * d;
-}
-
-/* out[o] = max over the window; NaN wins and keeps its index, ties keep the first
- * element in row-major window order. A window with no element gives -inf and -1.
- * `indices` may be null (max_pool2d). */
+/* out[o] = max over the window; NaN wins (the last NaN in window order keeps its
+ * index, as in PyTorch), ties keep the first element in row-major window order,
+ * and the index starts at the first element inside the plane. A window with no
+ * element gives -inf and -1. `indices` may be null (max_pool2d). */
 __kernel void max_pool2d_forward(__global const elem_t *x, __global elem_t *out,
                                  __global index_t *indices,
                                  int H, int W, int OH, int OW,
                                  int kh, int kw, int sh, int sw,
                                  int ph, int pw, int dh, int dw)
 {
+    FIX_WINDOW();
     int ow = get_global_id(0), oh = get_global_id(1);
     if (ow >= OW || oh >= OH)
         return;
@@ -22,18 +18,21 @@ __kernel void max_pool2d_forward(__global const elem_t *x, __global elem_t *out,
     __global const elem_t *xp = x + plane * H * W;
 
     int hs = oh * sh - ph, ws = ow * sw - pw;
-    int h0 = first_tap(hs, dh), w0 = first_tap(ws, dw);
-    int h1 = min(hs + (kh - 1) * dh + 1, H), w1 = min(ws + (kw - 1) * dw + 1, W);
-
     acc_t best = -INFINITY;
-    long best_i = (h0 < h1 && w0 < w1) ? (long)h0 * W + w0 : -1;
-    for (int h = h0; h < h1; h += dh) {
-        long row = (long)h * W;
-        for (int w = w0; w < w1; w += dw) {
-            acc_t v = LOAD(xp, row + w);
-            if (v > best || isnan(v)) {
+    pos_t best_i = -1;
+    for (int i = 0; i < kh; ++i) {
+        int h = hs + i * dh;
+        if (!INSIDE(h, H))
+            continue;
+        for (int j = 0; j < kw; ++j) {
+            int w = ws + j * dw;
+            if (!INSIDE(w, W))
+                continue;
+            pos_t at = (pos_t)h * W + w;
+            acc_t v = LOAD(xp, at);
+            if (best_i < 0 || v > best || isnan(v)) {
                 best = v;
-                best_i = row + w;
+                best_i = at;
             }
         }
     }
@@ -43,7 +42,7 @@ __kernel void max_pool2d_forward(__global const elem_t *x, __global elem_t *out,
         indices[o] = (index_t)best_i;
 }
 
-/* grad_x[i] = sum of grad_out over the windows that contain i and whose index
+/* grad_x[i] = sum of grad_out over the windows that can contain i and whose index
  * names i. An index naming no element of the plane matches nothing. */
 __kernel void max_pool2d_backward(__global const elem_t *grad_out,
                                   __global const index_t *indices,
@@ -52,21 +51,30 @@ __kernel void max_pool2d_backward(__global const elem_t *grad_out,
                                   int kh, int kw, int sh, int sw,
                                   int ph, int pw, int dh, int dw)
 {
+    FIX_WINDOW();
     int iw = get_global_id(0), ih = get_global_id(1);
     if (iw >= W || ih >= H)
         return;
     long plane = PLANE_ID();
-    long self = (long)ih * W + iw;
-    long obase = plane * OH * OW;
+    pos_t self = (pos_t)ih * W + iw;
+    __global const elem_t *gp = grad_out + plane * OH * OW;
+    __global const index_t *ip = indices + plane * OH * OW;
 
-    int oh0 = first_window(ih, sh, ph, (kh - 1) * dh + 1), oh1 = end_window(ih, sh, ph, OH);
-    int ow0 = first_window(iw, sw, pw, (kw - 1) * dw + 1), ow1 = end_window(iw, sw, pw, OW);
+    int span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
+    int oh0 = first_window(ih, sh, ph, span_h), oh1 = end_window(ih, sh, ph, OH);
+    int ow0 = first_window(iw, sw, pw, span_w), ow1 = end_window(iw, sw, pw, OW);
+    /* At most ceil(span / s) windows reach a position: a constant when FIX_WINDOW does. */
+    int nh = (span_h + sh - 1) / sh, nw = (span_w + sw - 1) / sw;
     acc_t g = 0;
-    for (int oh = oh0; oh < oh1; ++oh) {
-        for (int ow = ow0; ow < ow1; ++ow) {
-            long o = obase + (long)oh * OW + ow;
-            if ((long)indices[o] == self)
-                g += LOAD(grad_out, o);
+    for (int a = 0; a < nh; ++a) {
+        int oh = oh0 + a;
+        for (int b = 0; b < nw; ++b) {
+            int ow = ow0 + b;
+            if (oh >= oh1 || ow >= ow1)
+                continue;
+            pos_t o = (pos_t)oh * OW + ow;
+            if (ip[o] == self)
+                g += LOAD(gp, o);
         }
     }
     STORE(grad_x, plane * H * W + self, g);

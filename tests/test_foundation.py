@@ -494,21 +494,24 @@ def test_kernel_dir_holds_every_source():
 
 def test_program_cache_builds_once_for_repeated_calls():
     x = _x()
-    clpool.max_pool2d(x, 2)  # warm: the max program for float32 is built now if not before
-    clpool.avg_pool2d(x, 2)
-    clpool.adaptive_avg_pool2d(x, 3)
+
+    def calls():
+        for k in (2, 3):
+            clpool.max_pool2d(x, k)
+            clpool.max_pool2d(x[:1], k, stride=1, padding=1, ceil_mode=True)
+            clpool.max_pool2d_with_indices(x, k)  # same source and options as max_pool2d
+            clpool.avg_pool2d(x, k, count_include_pad=False)
+            clpool.adaptive_avg_pool2d(x, (k, None))
+            clpool.adaptive_avg_pool2d(x, 1)
+        out, idx = clpool.max_pool2d_with_indices(x, 2)
+        clpool.max_pool2d_with_indices_backward(np.ones_like(out), x, idx, 2)
+        clpool.avg_pool2d_backward(np.ones((2, 3, 3, 3), np.float32), x, 2)
+        clpool.adaptive_avg_pool2d_backward(np.ones((2, 3, 2, 2), np.float32), x)
+
+    calls()  # builds each variant (dtype, index type, window) the first time it is used
     before = programs.builds
-    for k in (2, 3):
-        clpool.max_pool2d(x, k)
-        clpool.max_pool2d(x[:1], k, stride=1, padding=1, ceil_mode=True)
-        clpool.max_pool2d_with_indices(x, k)  # same source and options as max_pool2d
-        clpool.avg_pool2d(x, k, count_include_pad=False)
-        clpool.adaptive_avg_pool2d(x, (k, None))
-        clpool.adaptive_avg_pool2d(x, 1)
-    out, idx = clpool.max_pool2d_with_indices(x, 2)
-    clpool.max_pool2d_with_indices_backward(np.ones_like(out), x, idx, 2)
-    clpool.avg_pool2d_backward(np.ones((2, 3, 3, 3), np.float32), x, 2)
-    clpool.adaptive_avg_pool2d_backward(np.ones((2, 3, 2, 2), np.float32), x)
+    calls()
+    calls()
     assert programs.builds == before
 
 

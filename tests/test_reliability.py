@@ -568,11 +568,6 @@ def test_inputs_are_never_modified(device, dtype) -> None:
         assert snapshot(args) == before, f"an input was modified (form {i})"
 
 
-@pytest.mark.xfail(strict=True, reason="ops._Call.input makes non-contiguous device indices "
-                   "contiguous with the clpool_contiguous kernel of the float program, i.e. "
-                   "copies them as float32/float64 elements: int64 indices with float32 data "
-                   "lose half of each index (all gradients 0); int32 indices with float64 data "
-                   "read past the buffer (segfault on Intel's CPU runtime)")
 def test_strided_device_indices(device) -> None:
     queue = discovery.runtime(device).queue
     x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
