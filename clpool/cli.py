@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
+import time
 
 import click
+import pyopencl as cl
 
 from . import discovery
+from .errors import Problem
 
 
 def _gib(n: int) -> str:
@@ -76,3 +80,59 @@ def check(device_spec: str | None, dtype: str) -> None:
     failed = [r.op for r in rows if not r.passed]
     click.echo(f"FAILED: {', '.join(failed)}" if failed else "all seven ops pass")
     sys.exit(1 if failed else 0)
+
+
+@main.command()
+@click.option("--device", "device_spec", help="Device index or name (default: CLPOOL_DEVICE, "
+                                               "else the first GPU, else the first CPU).")
+@click.option("--op", "op_names", multiple=True, help="Only this op (repeatable).")
+@click.option("--shape", help="One input shape N,C,H,W instead of the default sweep.")
+@click.option("--repeats", default=20, show_default=True, help="Timed runs per case.")
+@click.option("--no-torch", is_flag=True, help="Do not time PyTorch beside clpool.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def bench(device_spec: str | None, op_names: tuple[str, ...], shape: str | None, repeats: int,
+          no_torch: bool, as_json: bool) -> None:
+    """Time each op (device time from OpenCL profiling events) against the copy bandwidth."""
+    from . import bench as harness
+
+    unknown = set(op_names) - set(harness.OPS)
+    if unknown:
+        raise click.BadParameter(f"unknown op {sorted(unknown)}; choose from {harness.OPS}")
+    try:
+        dims = tuple(int(v) for v in shape.split(",")) if shape else None
+    except ValueError:
+        raise click.BadParameter(f"--shape wants N,C,H,W, got {shape!r}") from None
+    rt = discovery.runtime(_device_or_exit(device_spec))
+    cpu = not rt.device.type & cl.device_type.GPU
+    cases = harness.default_cases(cpu, op_names or harness.OPS, dims)
+    copy = harness.copy_bandwidth(rt, max(2**26, max(4 * math.prod(c.shape) for c in cases)))
+    rows = []
+    with click.progressbar(cases, label="bench", file=sys.stderr) as bar:
+        for row in harness.run(rt, bar, repeats, with_torch=not no_torch):
+            row["copy_fraction"] = row["gbps"] / copy
+            rows.append(row)
+    wall_us, kernel_us = harness.host_overhead_us(rt)
+    report = dict(device=rt.device.name.strip(), platform=rt.device.platform.name.strip(),
+                  date=time.strftime("%Y-%m-%d"), copy_gbps=copy, host_call_us=wall_us,
+                  host_call_kernel_us=kernel_us, rows=rows)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo(f"{report['platform']} | {report['device']}: copy bandwidth {copy:,.0f} GB/s "
+               f"(read + write); warm call on a tiny array {wall_us:.1f} us wall, "
+               f"{kernel_us:.1f} us on the device")
+    torch_where = rows[0].get("torch", "-") if rows else "-"
+    table = [[r["op"], "x".join(map(str, r["shape"])), r["params"], f"{r['us']:.1f}",
+              f"{r['gbps']:.0f}", f"{100 * r['copy_fraction']:.0f}%",
+              f"{r['torch_us']:.1f}" if "torch_us" in r else "-",
+              f"{r['speedup']:.2f}x" if "speedup" in r else "-"] for r in rows]
+    click.echo(_table(["op", "shape", "params", "us", "GB/s", "of copy", f"torch {torch_where} us",
+                       "speedup"], table))
+
+
+def _device_or_exit(spec: str | None) -> cl.Device:
+    """The chosen device, or a clean exit with the reason."""
+    try:
+        return discovery.select(spec)
+    except Problem as p:
+        raise click.ClickException(p.reason) from None
