@@ -287,6 +287,8 @@ BAD = [
     ("max_pool2d_with_indices_backward", lambda: _max_bw(G, X, I[:, :, :2], (2,))),
     ("max_pool2d_with_indices_backward", lambda: _max_bw(G, X, I[0], (2,))),
     ("max_pool2d_with_indices_backward", lambda: _max_bw(G, X, I.astype(np.float32), (2,))),
+    ("max_pool2d_with_indices_backward", lambda: _max_bw(G, X, I.astype(np.int16), (2,))),
+    ("max_pool2d_with_indices_backward", lambda: _max_bw(G, X, I.astype(np.uint64), (2,))),
     ("max_pool2d_with_indices_backward", lambda: _max_bw(G, X, I, (3,))),  # window mismatch
     ("max_pool2d_with_indices_backward", lambda: _max_bw(G, X, I, (0,))),
     ("max_pool2d_with_indices_backward", lambda: _max_bw(G, X, I, (2, 2, 2))),
