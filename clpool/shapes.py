@@ -31,9 +31,12 @@ def pair(value: object, name: str, *, allow_none: bool = False) -> tuple:
         if isinstance(v, bool):
             raise _bad(f"{name} must be an int or a pair of ints, got {value!r}")
         try:
-            out.append(operator.index(v))
+            v = operator.index(v)
         except TypeError:
             raise _bad(f"{name} must be an int or a pair of ints, got {value!r}") from None
+        if not -(2**31) <= v < 2**31:
+            raise _bad(f"{name} must fit in 32 bits, got {value!r}")
+        out.append(v)
     return tuple(out)
 
 

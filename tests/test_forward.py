@@ -524,8 +524,6 @@ HUGE = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="sizes past int32 escape the one error handler as a "
-                   "bare OverflowError (numpy) or TypeError (pyopencl Buffer)")
 @pytest.mark.parametrize(("label", "call"), HUGE, ids=[f"{i}-{b[0]}" for i, b in enumerate(HUGE)])
 def test_sizes_past_int32_raise_pool_errors(device, label, call):
     """torch 2.x refuses these too (value cannot be converted to type int without overflow);
