@@ -296,9 +296,16 @@ def adaptive_avg_pool2d_backward(grad_output: Tensor, x: Tensor, *,
         grad, fwd = call.arrays[0], call.arrays[1]
         shapes.expect_shape("grad_output", grad.shape[:-2], fwd.shape[:-2])
         oh, ow = grad.shape[-2:]
-        call.specialize((h * w, oh * ow))
         grad_x = call.empty((n, c, h, w))
-        if grad_x.size:
+        if grad_x.size and oh and ow and h % oh == 0 and w % ow == 0:
+            # Equal cells that tile the plane: the average pooling backward of that window.
+            win = shapes.Window(h // oh, w // ow, h // oh, w // ow, 0, 0, 1, 1, oh, ow)
+            call.family = "avg"
+            call.specialize((h * w, oh * ow), win)
+            call.launch("avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
+                        h, w, oh, ow, *win.args()[:6], 1, 0)
+        elif grad_x.size:
+            call.specialize((h * w, oh * ow))
             call.launch("adaptive_avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
                         h, w, oh, ow)
         return call.result(grad_x, fwd.ndim == 4)

@@ -67,10 +67,12 @@ __kernel void adaptive_avg_pool2d_backward(__global const elem_t *grad_out,
     acc_t g = 0;
     for (int oh = oh0; oh < oh1; ++oh) {
         int rows = cell_end(oh, H, OH) - cell_start(oh, H, OH);
+        acc_t row_g = 0;
         for (int ow = ow0; ow < ow1; ++ow) {
             int cols = cell_end(ow, W, OW) - cell_start(ow, W, OW);
-            g += LOAD(gp, (pos_t)oh * OW + ow) / (acc_t)(rows * cols);
+            row_g += LOAD(gp, (pos_t)oh * OW + ow) / (acc_t)cols;
         }
+        g += row_g / (acc_t)rows;
     }
     STORE(grad_x, plane * H * W + (pos_t)ih * W + iw, g);
 }
