@@ -103,7 +103,7 @@ def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[dict, int]:
     big, small = x.nbytes, grad.nbytes
     if case.op == "max_pool2d_with_indices_backward":
         _, indices = ops.max_pool2d_with_indices(x, **case.params)
-        return dict(grad_output=grad, x=x, indices=indices), 2 * small + indices.nbytes + big
+        return dict(grad_output=grad, x=x, indices=indices), small + indices.nbytes + big
     if case.op.endswith("backward"):
         return dict(grad_output=grad, x=x), small + big
     extra = 2 * small if case.op == "max_pool2d_with_indices" else 0

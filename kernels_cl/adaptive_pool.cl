@@ -34,47 +34,50 @@ inline acc_t row_sum(__global const elem_t *xp, long row, int w0, int w1)
     return (s0 + s1) + (s2 + s3);
 }
 
-__kernel void adaptive_avg_pool2d_forward(__global const elem_t *x, __global elem_t *out,
+__kernel void adaptive_avg_pool2d_forward(__global const elem_t *restrict x,
+                                          __global elem_t *restrict out,
                                           int H, int W, int OH, int OW)
 {
-    int ow = get_global_id(0), oh = get_global_id(1);
-    if (ow >= OW || oh >= OH)
+    int ow = get_global_id(0);
+    if (ow >= OW)
         return;
     long plane = PLANE_ID();
     __global const elem_t *xp = x + plane * H * W;
-
-    int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
     int w0 = cell_start(ow, W, OW), w1 = cell_end(ow, W, OW);
-    acc_t sum = 0;
-    for (int h = h0; h < h1; ++h)
-        sum += row_sum(xp, (long)h * W, w0, w1);
-    STORE(out, (plane * OH + oh) * OW + ow, sum / (acc_t)((h1 - h0) * (w1 - w0)));
+    FOR_EACH_ROW(oh, OH) {
+        int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
+        acc_t sum = 0;
+        for (int h = h0; h < h1; ++h)
+            sum += row_sum(xp, (long)h * W, w0, w1);
+        STORE(out, (plane * OH + oh) * OW + ow, sum / (acc_t)((h1 - h0) * (w1 - w0)));
+    }
 }
 
 /* grad_x[i] = sum over the cells containing i of grad_out / the cell's area. */
-__kernel void adaptive_avg_pool2d_backward(__global const elem_t *grad_out,
-                                           __global elem_t *grad_x,
+__kernel void adaptive_avg_pool2d_backward(__global const elem_t *restrict grad_out,
+                                           __global elem_t *restrict grad_x,
                                            int H, int W, int OH, int OW)
 {
-    int iw = get_global_id(0), ih = get_global_id(1);
-    if (iw >= W || ih >= H)
+    int iw = get_global_id(0);
+    if (iw >= W)
         return;
     long plane = PLANE_ID();
     __global const elem_t *gp = grad_out + plane * OH * OW;
-
-    int oh0 = cell_start(ih, OH, H), oh1 = cell_end(ih, OH, H);
     int ow0 = cell_start(iw, OW, W), ow1 = cell_end(iw, OW, W);
-    acc_t g = 0;
-    for (int oh = oh0; oh < oh1; ++oh) {
-        int rows = cell_end(oh, H, OH) - cell_start(oh, H, OH);
-        acc_t row_g = 0;
-        for (int ow = ow0; ow < ow1; ++ow) {
-            int cols = cell_end(ow, W, OW) - cell_start(ow, W, OW);
-            row_g += LOAD(gp, (pos_t)oh * OW + ow) / (acc_t)cols;
+    FOR_EACH_ROW(ih, H) {
+        int oh0 = cell_start(ih, OH, H), oh1 = cell_end(ih, OH, H);
+        acc_t g = 0;
+        for (int oh = oh0; oh < oh1; ++oh) {
+            int rows = cell_end(oh, H, OH) - cell_start(oh, H, OH);
+            acc_t row_g = 0;
+            for (int ow = ow0; ow < ow1; ++ow) {
+                int cols = cell_end(ow, W, OW) - cell_start(ow, W, OW);
+                row_g += LOAD(gp, (pos_t)oh * OW + ow) / (acc_t)cols;
+            }
+            g += row_g / (acc_t)rows;
         }
-        g += row_g / (acc_t)rows;
+        STORE(grad_x, plane * H * W + (pos_t)ih * W + iw, g);
     }
-    STORE(grad_x, plane * H * W + (pos_t)ih * W + iw, g);
 }
 
 /* Global (1x1) average pooling: one work-group per plane reduces it in local memory.

@@ -45,8 +45,15 @@ typedef int pos_t;
 #endif
 
 /* Work-item layout of the elementwise kernels: dimension 0 walks the columns,
- * 1 the rows, 2 the (batch, channel) planes. */
+ * 1 the rows, CLPOOL_ROWS consecutive rows per work-item (more loads in flight and
+ * less index arithmetic per element), 2 the (batch, channel) planes. */
+#ifndef CLPOOL_ROWS
+#define CLPOOL_ROWS 1
+#endif
 #define PLANE_ID() ((long)get_global_id(2))
+#define FOR_EACH_ROW(row, rows)                                                   \
+    for (int row_k_ = 0, row = (int)get_global_id(1) * CLPOOL_ROWS;               \
+         row_k_ < CLPOOL_ROWS && row < (rows); ++row_k_, ++row)
 
 /* Window sizes are kernel arguments; with -DCLPOOL_KH=.. -DCLPOOL_KW=.. -DCLPOOL_SH=..
  * -DCLPOOL_SW=.. -DCLPOOL_DH=.. -DCLPOOL_DW=.. they become compile-time constants,
@@ -96,11 +103,13 @@ inline int avg_divisor(int hs, int ws, int kh, int kw, int H, int W, int ph, int
 __kernel void name(__global const T *in, __global T *out, long offset,              \
                    int C, int H, int W, long sn, long sc, long sh, long sw)        \
 {                                                                                  \
-    int w = get_global_id(0), h = get_global_id(1);                                \
-    if (w >= W || h >= H)                                                          \
+    int w = get_global_id(0);                                                      \
+    if (w >= W)                                                                    \
         return;                                                                    \
     long plane = PLANE_ID(), n = plane / C, c = plane % C;                         \
-    store(out, (plane * H + h) * W + w, load(in, offset + n * sn + c * sc + h * sh + w * sw)); \
+    FOR_EACH_ROW(h, H)                                                             \
+        store(out, (plane * H + h) * W + w,                                        \
+              load(in, offset + n * sn + c * sc + h * sh + w * sw));               \
 }
 CONTIGUOUS_KERNEL(clpool_contiguous, elem_t, LOAD, STORE)
 CONTIGUOUS_KERNEL(clpool_contiguous_index, index_t, IDENTITY_LOAD, IDENTITY_STORE)

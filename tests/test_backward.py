@@ -14,8 +14,10 @@ from clpool import reference as ref
 
 @pytest.fixture(params=["specialised", "generic"])
 def variant(request, monkeypatch) -> int:
-    """Small windows built as constants (the default) and not (CLPOOL_SPECIALIZE=0)."""
+    """Small windows built as constants with one row per work-item, and not
+    (CLPOOL_SPECIALIZE=0) with three rows per work-item (CLPOOL_ROWS=3)."""
     monkeypatch.setenv("CLPOOL_SPECIALIZE", "1" if request.param == "specialised" else "0")
+    monkeypatch.setenv("CLPOOL_ROWS", "1" if request.param == "specialised" else "3")
     return 0 if request.param == "specialised" else 50
 
 

@@ -28,9 +28,11 @@ def _ref_max(x, *args):
 
 @pytest.fixture(params=["specialised", "generic"])
 def variant(request, monkeypatch) -> int:
-    """Run with small windows built as constants (clpool's default) and without
-    (CLPOOL_SPECIALIZE=0); gives a seed offset so the two see different cases."""
+    """Run with small windows built as constants (clpool's default) and one row per
+    work-item, and without constants (CLPOOL_SPECIALIZE=0) and three rows per work-item
+    (CLPOOL_ROWS=3, as on a GPU); gives a seed offset so the two see different cases."""
     monkeypatch.setenv("CLPOOL_SPECIALIZE", "1" if request.param == "specialised" else "0")
+    monkeypatch.setenv("CLPOOL_ROWS", "1" if request.param == "specialised" else "3")
     return 0 if request.param == "specialised" else 50
 
 
