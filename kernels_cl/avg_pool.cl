@@ -1,5 +1,7 @@
-/* Average pooling, forward (one work-item per output column, CLPOOL_ROWS rows) and
- * backward (one per input column, CLPOOL_ROWS rows). */
+/* Average pooling. A work-item handles one column of CLPOOL_ROWS consecutive rows: the
+ * forward loads each input row of their windows once and adds it to every output row
+ * it serves; the backward loads each candidate window (and its divisor) once for
+ * every input row. */
 
 __kernel void avg_pool2d_forward(__global const elem_t *restrict x,
                                  __global elem_t *restrict out,
@@ -14,28 +16,34 @@ __kernel void avg_pool2d_forward(__global const elem_t *restrict x,
         return;
     long plane = PLANE_ID();
     __global const elem_t *xp = x + plane * H * W;
-    int ws = ow * sw - pw;
-    FOR_EACH_ROW(oh, OH) {
-        int hs = oh * sh - ph;
-        acc_t sum = 0;
-        for (int i = 0; i < kh; ++i) {
-            int h = hs + i;
-            if (!INSIDE(h, H))
-                continue;
-            for (int j = 0; j < kw; ++j) {
-                int w = ws + j;
-                if (INSIDE(w, W))
-                    sum += LOAD(xp, (pos_t)h * W + w);
-            }
+    int oh0 = get_global_id(1) * CLPOOL_ROWS;
+    int hs = oh0 * sh - ph, ws = ow * sw - pw;
+
+    acc_t sum[CLPOOL_ROWS];
+    for (int r = 0; r < CLPOOL_ROWS; ++r)
+        sum[r] = 0;
+    for (int t = 0; t < (CLPOOL_ROWS - 1) * sh + kh; ++t) {
+        int h = hs + t;
+        if (!INSIDE(h, H))
+            continue;
+        acc_t row = 0;
+        for (int j = 0; j < kw; ++j) {
+            int w = ws + j;
+            if (INSIDE(w, W))
+                row += LOAD(xp, (pos_t)h * W + w);
         }
-        int div = avg_divisor(hs, ws, kh, kw, H, W, ph, pw, count_include_pad,
+        for (int r = 0; r < CLPOOL_ROWS; ++r)
+            if (t >= r * sh && t - r * sh < kh)
+                sum[r] += row;
+    }
+    for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r) {
+        int div = avg_divisor(hs + r * sh, ws, kh, kw, H, W, ph, pw, count_include_pad,
                               divisor_override);
-        STORE(out, (plane * OH + oh) * OW + ow, sum / (acc_t)div);
+        STORE(out, (plane * OH + oh0 + r) * OW + ow, sum[r] / (acc_t)div);
     }
 }
 
-/* grad_x[i] = sum over the windows containing i of grad_out / that window's divisor.
- * When every window that can contain i lies inside the input, they share one divisor. */
+/* grad_x[i] = sum over the windows containing i of grad_out / that window's divisor. */
 __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
                                   __global elem_t *restrict grad_x,
                                   int H, int W, int OH, int OW,
@@ -49,31 +57,30 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
         return;
     long plane = PLANE_ID();
     __global const elem_t *gp = grad_out + plane * OH * OW;
+    int ih0 = get_global_id(1) * CLPOOL_ROWS;
     int ow0 = first_window(iw, sw, pw, kw), ow1 = end_window(iw, sw, pw, OW);
-    int nh = (kh + sh - 1) / sh, nw = (kw + sw - 1) / sw;
-    int cols_inside = ow0 + nw <= ow1 && ow0 * sw >= pw && (ow0 + nw - 1) * sw - pw + kw <= W;
-    FOR_EACH_ROW(ih, H) {
-        int oh0 = first_window(ih, sh, ph, kh), oh1 = end_window(ih, sh, ph, OH);
-        acc_t g = 0;
-        if (cols_inside && oh0 + nh <= oh1 && oh0 * sh >= ph
-            && (oh0 + nh - 1) * sh - ph + kh <= H) {
-            for (int a = 0; a < nh; ++a)
-                for (int b = 0; b < nw; ++b)
-                    g += LOAD(gp, (pos_t)(oh0 + a) * OW + ow0 + b);
-            g /= (acc_t)(divisor_override ? divisor_override : kh * kw);
-        } else {
-            for (int a = 0; a < nh; ++a) {
-                int oh = oh0 + a;
-                for (int b = 0; b < nw; ++b) {
-                    int ow = ow0 + b;
-                    if (oh >= oh1 || ow >= ow1)
-                        continue;
-                    int div = avg_divisor(oh * sh - ph, ow * sw - pw, kh, kw, H, W, ph, pw,
-                                          count_include_pad, divisor_override);
-                    g += LOAD(gp, (pos_t)oh * OW + ow) / (acc_t)div;
-                }
-            }
+    int oh0 = first_window(ih0, sh, ph, kh);
+    int oh1 = end_window(min(ih0 + CLPOOL_ROWS - 1, H - 1), sh, ph, OH);
+    int nh = (CLPOOL_ROWS + kh - 1 + sh - 1) / sh, nw = (kw + sw - 1) / sw;
+
+    acc_t g[CLPOOL_ROWS];
+    for (int r = 0; r < CLPOOL_ROWS; ++r)
+        g[r] = 0;
+    for (int a = 0; a < nh; ++a) {
+        int oh = oh0 + a, top = oh * sh - ph;
+        acc_t row = 0; /* this window row's share for every input row it covers */
+        for (int b = 0; b < nw; ++b) {
+            int ow = ow0 + b;
+            if (oh >= oh1 || ow >= ow1)
+                continue;
+            int div = avg_divisor(top, ow * sw - pw, kh, kw, H, W, ph, pw,
+                                  count_include_pad, divisor_override);
+            row += LOAD(gp, (pos_t)oh * OW + ow) / (acc_t)div;
         }
-        STORE(grad_x, plane * H * W + (pos_t)ih * W + iw, g);
+        for (int r = 0; r < CLPOOL_ROWS; ++r)
+            if (ih0 + r >= top && ih0 + r - top < kh)
+                g[r] += row;
     }
+    for (int r = 0; r < CLPOOL_ROWS && ih0 + r < H; ++r)
+        STORE(grad_x, plane * H * W + (pos_t)(ih0 + r) * W + iw, g[r]);
 }

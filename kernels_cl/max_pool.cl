@@ -1,10 +1,18 @@
-/* Max pooling, forward (one work-item per output column, CLPOOL_ROWS rows) and
- * backward (one per input column, CLPOOL_ROWS rows). */
+/* Max pooling. A work-item handles one column of CLPOOL_ROWS consecutive rows: the
+ * forward loads each input row of their windows once and folds it into every output
+ * row it serves; the backward loads each candidate window once for every input row. */
 
-/* out = max over the window: NaN wins (the last NaN in window order keeps its index,
- * as in PyTorch), ties keep the first element in row-major window order, and the
- * first tap inside the plane sets the index. A window with no element gives -inf and
- * index -1. `indices` may be null (max_pool2d). */
+/* Fold tap v at `at` into (best, best_i): NaN wins (the last NaN in window order keeps
+ * its index, as in PyTorch), ties keep the first element in row-major window order,
+ * and the first tap inside the plane sets the index. */
+#define FOLD_MAX(best, best_i, v, at)                                               \
+    if ((best_i) < 0 || (v) > (best) || isnan(v)) {                                 \
+        (best) = (v);                                                               \
+        (best_i) = (at);                                                            \
+    }
+
+/* out = max over the window; a window with no element gives -inf and index -1.
+ * `indices` may be null (max_pool2d). */
 __kernel void max_pool2d_forward(__global const elem_t *restrict x,
                                  __global elem_t *restrict out,
                                  __global index_t *restrict indices,
@@ -18,37 +26,43 @@ __kernel void max_pool2d_forward(__global const elem_t *restrict x,
         return;
     long plane = PLANE_ID();
     __global const elem_t *xp = x + plane * H * W;
-    int ws = ow * sw - pw;
-    FOR_EACH_ROW(oh, OH) {
-        int hs = oh * sh - ph;
-        acc_t best = -INFINITY;
-        pos_t best_i = -1;
-        for (int i = 0; i < kh; ++i) {
-            int h = hs + i * dh;
-            if (!INSIDE(h, H))
+    int oh0 = get_global_id(1) * CLPOOL_ROWS;
+    int hs = oh0 * sh - ph, ws = ow * sw - pw, span_h = (kh - 1) * dh + 1;
+
+    acc_t best[CLPOOL_ROWS];
+    pos_t best_i[CLPOOL_ROWS];
+    for (int r = 0; r < CLPOOL_ROWS; ++r) {
+        best[r] = -INFINITY;
+        best_i[r] = -1;
+    }
+    for (int t = 0; t < (CLPOOL_ROWS - 1) * sh + span_h; ++t) {
+        int h = hs + t;
+        if (!INSIDE(h, H))
+            continue;
+        int tap[CLPOOL_ROWS]; /* is input row h a tap of output row r's window? */
+        for (int r = 0; r < CLPOOL_ROWS; ++r)
+            tap[r] = t >= r * sh && t - r * sh < span_h && (t - r * sh) % dh == 0;
+        for (int j = 0; j < kw; ++j) {
+            int w = ws + j * dw;
+            if (!INSIDE(w, W))
                 continue;
-            for (int j = 0; j < kw; ++j) {
-                int w = ws + j * dw;
-                if (!INSIDE(w, W))
-                    continue;
-                pos_t at = (pos_t)h * W + w;
-                acc_t v = LOAD(xp, at);
-                if (best_i < 0 || v > best || isnan(v)) {
-                    best = v;
-                    best_i = at;
-                }
-            }
+            pos_t at = (pos_t)h * W + w;
+            acc_t v = LOAD(xp, at);
+            for (int r = 0; r < CLPOOL_ROWS; ++r)
+                if (tap[r])
+                    FOLD_MAX(best[r], best_i[r], v, at)
         }
-        long o = (plane * OH + oh) * OW + ow;
-        STORE(out, o, best);
+    }
+    for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r) {
+        long o = (plane * OH + oh0 + r) * OW + ow;
+        STORE(out, o, best[r]);
         if (indices)
-            indices[o] = (index_t)best_i;
+            indices[o] = (index_t)best_i[r];
     }
 }
 
 /* grad_x[i] = sum of grad_out over the windows that can contain i and whose index
- * names i. An index naming no element of the plane matches nothing. Gradients are
- * loaded whether they match or not, so that the loads issue together. */
+ * names i. An index naming no element of the plane matches nothing. */
 __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
                                   __global const index_t *restrict indices,
                                   __global elem_t *restrict grad_x,
@@ -63,25 +77,34 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
     long plane = PLANE_ID();
     __global const elem_t *gp = grad_out + plane * OH * OW;
     __global const index_t *ip = indices + plane * OH * OW;
+    int ih0 = get_global_id(1) * CLPOOL_ROWS;
     int span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
     int ow0 = first_window(iw, sw, pw, span_w), ow1 = end_window(iw, sw, pw, OW);
-    /* At most ceil(span / s) windows reach a position: a constant when FIX_WINDOW is. */
-    int nh = (span_h + sh - 1) / sh, nw = (span_w + sw - 1) / sw;
-    FOR_EACH_ROW(ih, H) {
-        pos_t self = (pos_t)ih * W + iw;
-        int oh0 = first_window(ih, sh, ph, span_h), oh1 = end_window(ih, sh, ph, OH);
-        acc_t g = 0;
-        for (int a = 0; a < nh; ++a) {
-            int oh = oh0 + a;
-            for (int b = 0; b < nw; ++b) {
-                int ow = ow0 + b;
-                if (oh >= oh1 || ow >= ow1)
-                    continue;
-                pos_t o = (pos_t)oh * OW + ow;
-                acc_t v = LOAD(gp, o);
-                g += ip[o] == self ? v : (acc_t)0;
+    int oh0 = first_window(ih0, sh, ph, span_h);
+    int oh1 = end_window(min(ih0 + CLPOOL_ROWS - 1, H - 1), sh, ph, OH);
+    /* Windows that can reach CLPOOL_ROWS consecutive rows, and one column: constants
+     * when FIX_WINDOW is. */
+    int nh = (CLPOOL_ROWS + span_h - 1 + sh - 1) / sh, nw = (span_w + sw - 1) / sw;
+
+    acc_t g[CLPOOL_ROWS];
+    for (int r = 0; r < CLPOOL_ROWS; ++r)
+        g[r] = 0;
+    for (int a = 0; a < nh; ++a) {
+        int oh = oh0 + a, top = oh * sh - ph;
+        for (int b = 0; b < nw; ++b) {
+            int ow = ow0 + b;
+            if (oh >= oh1 || ow >= ow1)
+                continue;
+            pos_t o = (pos_t)oh * OW + ow;
+            index_t named = ip[o];
+            acc_t v = LOAD(gp, o);
+            for (int r = 0; r < CLPOOL_ROWS; ++r) {
+                int ih = ih0 + r;
+                if (ih >= top && ih - top < span_h)
+                    g[r] += named == (pos_t)ih * W + iw ? v : (acc_t)0;
             }
         }
-        STORE(grad_x, plane * H * W + self, g);
     }
+    for (int r = 0; r < CLPOOL_ROWS && ih0 + r < H; ++r)
+        STORE(grad_x, plane * H * W + (pos_t)(ih0 + r) * W + iw, g[r]);
 }
