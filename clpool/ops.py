@@ -22,7 +22,17 @@ DTYPE_BITS = {np.dtype(np.float16): 16, np.dtype(np.float32): 32, np.dtype(np.fl
 INDEX_BITS = {np.dtype(np.int32): 32, np.dtype(np.int64): 64}
 GROUP = 256  # work-items per work-group, when the device allows it
 SPECIALIZE_UP_TO = 8  # windows up to this size are built with their sizes as constants
-ROWS_GPU = 4  # rows per work-item on a GPU (clpool bench measured 1, 2 and 4)
+# Rows each work-item handles on a GPU, by kernel: the best of 1, 2, 4, 8 and 16 in
+# clpool bench on the H200 (BENCHMARKS.md). "adaptive_avg_pool2d_backward" also names the
+# average pooling backward that adaptive pooling with equal cells runs. CPUs take 1.
+GPU_ROWS = {
+    "max_pool2d_forward": 2,
+    "max_pool2d_backward": 4,
+    "avg_pool2d_forward": 8,
+    "avg_pool2d_backward": 4,
+    "adaptive_avg_pool2d_forward": 2,
+    "adaptive_avg_pool2d_backward": 16,
+}
 _launch_lock = threading.Lock()
 _recording = threading.local()
 
@@ -41,12 +51,12 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def rows_per_item(device: cl.Device) -> int:
+def rows_per_item(device: cl.Device, kernel: str) -> int:
     """Rows each work-item of an elementwise kernel handles (CLPOOL_ROWS overrides)."""
     override = os.environ.get("CLPOOL_ROWS", "")
     if override.isdigit() and int(override) > 0:
         return int(override)
-    return ROWS_GPU if device.type & cl.device_type.GPU else 1
+    return GPU_ROWS.get(kernel, 1) if device.type & cl.device_type.GPU else 1
 
 
 def ndrange(device: cl.Device, cols: int, rows: int, planes: int) -> tuple[tuple, tuple]:
@@ -97,7 +107,6 @@ class _Call:
             raise Problem(UnsupportedDtypeError, problem)
         self.family = family
         self.index_bits = 64
-        self.rows = rows_per_item(self.rt.device)
         self.options: tuple[str, ...] = ()
 
     def specialize(self, planes: tuple[int, ...], win: shapes.Window | None = None) -> None:
@@ -112,21 +121,24 @@ class _Call:
             options += [f"-DCLPOOL_{name}={value}" for name, value in sizes]
         self.options = tuple(options)
 
-    def kernel(self, name: str) -> cl.Kernel:
+    def kernel(self, name: str, rows: int = 1) -> cl.Kernel:
         options = (f"-DCLPOOL_DTYPE={DTYPE_BITS[self.dtype]}",
-                   f"-DCLPOOL_INDEX={self.index_bits}", f"-DCLPOOL_ROWS={self.rows}",
+                   f"-DCLPOOL_INDEX={self.index_bits}", f"-DCLPOOL_ROWS={rows}",
                    *self.options)
         return programs.kernels(self.rt.context, SOURCES[self.family], options)[name]
 
-    def launch(self, name: str, sizes: tuple[int, int, int], *args: object,
-               local: tuple | None = None) -> None:
-        """Enqueue kernel `name` over `sizes` (cols, rows, planes) or an explicit range."""
+    def launch(self, name: str, sizes: tuple[int, ...], *args: object,
+               local: tuple | None = None, tuned_as: str | None = None) -> None:
+        """Enqueue kernel `name` over `sizes` (cols, rows, planes), each work-item taking
+        the rows tuned for `tuned_as` (default: `name`), or over an explicit range."""
+        rows = 1
         if local is None:
-            cols, rows, planes = sizes
-            sizes, local = ndrange(self.rt.device, cols, -(-rows // self.rows), planes)
+            rows = rows_per_item(self.rt.device, tuned_as or name)
+            cols, all_rows, planes = sizes
+            sizes, local = ndrange(self.rt.device, cols, -(-all_rows // rows), planes)
         values = [a.data if isinstance(a, cla.Array) else a for a in args]
         values = [np.int32(v) if isinstance(v, int) else v for v in values]
-        kernel = self.kernel(name)
+        kernel = self.kernel(name, rows)
         with _launch_lock:
             event = kernel(self.rt.queue, sizes, local, *values)
         if getattr(_recording, "events", None) is not None:
@@ -288,7 +300,8 @@ def adaptive_avg_pool2d(x: Tensor, output_size, *, device: object = None) -> Ten
         oh, ow = shapes.adaptive_output((h, w), output_size)
         call.specialize((h * w, oh * ow))
         out = call.empty((n, c, oh, ow))
-        if out.size and (oh, ow) == (1, 1):
+        if out.size and (oh, ow) == (1, 1) and call.rt.device.type & cl.device_type.GPU:
+            # A GPU needs many work-items per plane; a CPU sums a plane fastest in one.
             group = min(GROUP, call.rt.device.max_work_group_size)
             acc = np.dtype(np.float64 if call.dtype == np.float64 else np.float32)
             call.launch("adaptive_avg_pool2d_global", (n * c * group,), call.input(0), out,
@@ -315,7 +328,8 @@ def adaptive_avg_pool2d_backward(grad_output: Tensor, x: Tensor, *,
             call.family = "avg"
             call.specialize((h * w, oh * ow), win)
             call.launch("avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
-                        h, w, oh, ow, *win.args()[:6], 1, 0)
+                        h, w, oh, ow, *win.args()[:6], 1, 0,
+                        tuned_as="adaptive_avg_pool2d_backward")
         elif grad_x.size:
             call.specialize((h * w, oh * ow))
             call.launch("adaptive_avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
