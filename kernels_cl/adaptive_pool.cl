@@ -18,20 +18,47 @@ inline int scaled_floor(int i, int size, int n, int up)
 inline int cell_start(int i, int size, int n) { return scaled_floor(i, size, n, 0); }
 inline int cell_end(int i, int size, int n) { return scaled_floor(i + 1, size, n, 1); }
 
-/* Sum of xp[row + w0 .. row + w1) with four partial sums, so loads overlap. */
+/* total += v with Kahan's compensation c, so that long sums of blocks stay exact. */
+inline void add_compensated(acc_t *total, acc_t *c, acc_t v)
+{
+    acc_t y = v - *c, t = *total + y;
+    *c = (t - *total) - y;
+    *total = t;
+}
+
+/* Sum of xp[row + w0 .. row + w1): four partial sums so that loads overlap, folded
+ * into a compensated total every 64 elements. */
 inline acc_t row_sum(__global const elem_t *xp, long row, int w0, int w1)
 {
-    acc_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int w = w0;
-    for (; w + 4 <= w1; w += 4) {
-        s0 += LOAD(xp, row + w);
-        s1 += LOAD(xp, row + w + 1);
-        s2 += LOAD(xp, row + w + 2);
-        s3 += LOAD(xp, row + w + 3);
+    acc_t total = 0, c = 0;
+    for (int b = w0; b < w1; b += 64) {
+        int end = min(b + 64, w1), w = b;
+        acc_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (; w + 4 <= end; w += 4) {
+            s0 += LOAD(xp, row + w);
+            s1 += LOAD(xp, row + w + 1);
+            s2 += LOAD(xp, row + w + 2);
+            s3 += LOAD(xp, row + w + 3);
+        }
+        for (; w < end; ++w)
+            s0 += LOAD(xp, row + w);
+        add_compensated(&total, &c, (s0 + s1) + (s2 + s3));
     }
-    for (; w < w1; ++w)
-        s0 += LOAD(xp, row + w);
-    return (s0 + s1) + (s2 + s3);
+    return total;
+}
+
+/* Sum of the window rows h0 .. h1 over columns w0 .. w1, folded into a compensated
+ * total every 16 rows. */
+inline acc_t window_sum(__global const elem_t *xp, int W, int h0, int h1, int w0, int w1)
+{
+    acc_t total = 0, c = 0;
+    for (int b = h0; b < h1; b += 16) {
+        acc_t block = 0;
+        for (int h = b; h < min(b + 16, h1); ++h)
+            block += row_sum(xp, (long)h * W, w0, w1);
+        add_compensated(&total, &c, block);
+    }
+    return total;
 }
 
 __kernel void adaptive_avg_pool2d_forward(__global const elem_t *restrict x,
@@ -46,9 +73,7 @@ __kernel void adaptive_avg_pool2d_forward(__global const elem_t *restrict x,
     int w0 = cell_start(ow, W, OW), w1 = cell_end(ow, W, OW);
     FOR_EACH_ROW(oh, OH) {
         int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
-        acc_t sum = 0;
-        for (int h = h0; h < h1; ++h)
-            sum += row_sum(xp, (long)h * W, w0, w1);
+        acc_t sum = window_sum(xp, W, h0, h1, w0, w1);
         STORE(out, (plane * OH + oh) * OW + ow, sum / (acc_t)((h1 - h0) * (w1 - w0)));
     }
 }
