@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
+import pyopencl.tools as cl_tools
 
 from . import programs, shapes
 from .discovery import Runtime, fp16_storage_opt_in, has_fp16, has_fp64, runtime, select
@@ -34,6 +35,19 @@ GPU_ROWS = {
     "adaptive_avg_pool2d_backward": 16,
 }
 _launch_lock = threading.Lock()
+_pools: dict[int, cl_tools.MemoryPool] = {}
+_pools_lock = threading.Lock()
+
+
+def memory_pool(queue: cl.CommandQueue) -> cl_tools.MemoryPool:
+    """The pool clpool allocates outputs and uploads from on `queue`, one per queue so that
+    a reused block is only ever touched in that queue's order. Reuse spares a CPU device
+    the page faults of fresh memory and every device the cost of creating buffers."""
+    with _pools_lock:
+        pool = _pools.get(queue.int_ptr)
+        if pool is None:
+            pool = _pools[queue.int_ptr] = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(queue))
+        return pool
 _recording = threading.local()
 
 
@@ -148,12 +162,13 @@ class _Call:
         """Input `i` as a contiguous device array."""
         a = self.arrays[i]
         if not isinstance(a, cla.Array):
-            return cla.to_device(self.rt.queue, np.ascontiguousarray(a))
+            return cla.to_device(self.rt.queue, np.ascontiguousarray(a),
+                                 allocator=memory_pool(self.rt.queue))
         if a.flags.c_contiguous and a.offset == 0 or a.size == 0:
             return a
         n, c, h, w = (1,) * (4 - a.ndim) + a.shape
         strides = (0,) * (4 - a.ndim) + tuple(s // a.dtype.itemsize for s in a.strides)
-        out = cla.empty(self.rt.queue, a.shape, a.dtype)
+        out = self.empty(a.shape, a.dtype)
         kernel = "clpool_contiguous" if a.dtype == self.dtype else "clpool_contiguous_index"
         self.launch(kernel, (w, h, n * c), a.base_data, out,
                     np.int64(a.offset // a.dtype.itemsize), c, h, w,
@@ -161,7 +176,8 @@ class _Call:
         return out
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype | None = None) -> cla.Array:
-        return cla.empty(self.rt.queue, shape, dtype or self.dtype)
+        return cla.empty(self.rt.queue, shape, dtype or self.dtype,
+                         allocator=memory_pool(self.rt.queue))
 
     def result(self, out: cla.Array, batched: bool) -> Tensor:
         """The output in the caller's form: numpy for numpy input, else a device array."""
@@ -189,10 +205,10 @@ def _max_forward(label: str, x: Tensor, kernel_size, stride, padding, dilation, 
         call.specialize((h * w, win.oh * win.ow), win)
         out_shape = (n, c, win.oh, win.ow)
         out = call.empty(out_shape)
-        indices = call.empty(out_shape, np.dtype(f"int{call.index_bits}"))
+        indices = call.empty(out_shape, np.dtype(f"int{call.index_bits}")) if with_indices else out
         if out.size:
             call.launch("max_pool2d_forward", (win.ow, win.oh, n * c), call.input(0), out,
-                        indices if with_indices else None, h, w, win.oh, win.ow, *win.args())
+                        indices, int(with_indices), h, w, win.oh, win.ow, *win.args())
         batched = call.arrays[0].ndim == 4
         return call.result(out, batched), call.result(indices, batched) if with_indices else None
 

@@ -12,10 +12,11 @@
     }
 
 /* out = max over the window; a window with no element gives -inf and index -1.
- * `indices` may be null (max_pool2d). */
+ * indices are written when with_indices is set (max_pool2d passes 0 and a placeholder
+ * buffer: a null pointer there makes Intel's CPU compiler give up vectorizing). */
 __kernel void max_pool2d_forward(__global const elem_t *restrict x,
                                  __global elem_t *restrict out,
-                                 __global index_t *restrict indices,
+                                 __global index_t *restrict indices, int with_indices,
                                  int H, int W, int OH, int OW,
                                  int kh, int kw, int sh, int sw,
                                  int ph, int pw, int dh, int dw)
@@ -56,7 +57,7 @@ __kernel void max_pool2d_forward(__global const elem_t *restrict x,
     for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r) {
         long o = (plane * OH + oh0 + r) * OW + ow;
         STORE(out, o, best[r]);
-        if (indices)
+        if (with_indices)
             indices[o] = (index_t)best_i[r];
     }
 }

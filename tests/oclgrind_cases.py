@@ -156,7 +156,8 @@ def adaptive_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 
 
 def strided_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
-    """Non-contiguous pyopencl arrays: the clpool_contiguous kernel of each program."""
+    """Non-contiguous pyopencl arrays: the clpool_contiguous kernel of each program, and
+    clpool_contiguous_index for indices."""
     queue = discovery.runtime(discovery.select()).queue
     base = _data((2, 3, 6, 7), dtype, 600)
     on_device = cla.to_device(queue, base)
@@ -185,6 +186,18 @@ def strided_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
         yield (f"contiguous/adaptive_avg_pool2d_backward/{name}",
                lambda g=grad_view, v=view: clpool.adaptive_avg_pool2d_backward(g, v).get(),
                lambda g=grad_host, h=host: ref.adaptive_avg_pool2d_backward(g, h))
+        # strided int32 and int64 indices: the clpool_contiguous_index kernel
+        _, idx = ref.max_pool2d_with_indices(host, 2, 1, 1, ceil_mode=True)
+        mgrad = _data(idx.shape, dtype, 602)
+        for index in (np.int32, np.int64):
+            wide_idx = np.zeros(idx.shape[:-1] + (2 * idx.shape[-1],), index)
+            wide_idx[..., ::2] = idx
+            idx_view = cla.to_device(queue, wide_idx)[..., ::2]
+            yield (f"contiguous/max_pool2d_with_indices_backward/{name}/{index.__name__}",
+                   lambda g=mgrad, v=view, i=idx_view: clpool.max_pool2d_with_indices_backward(
+                       g, v, i, 2, 1, 1, ceil_mode=True),
+                   lambda g=mgrad, h=host, i=idx: ref.max_pool2d_with_indices_backward(
+                       g, h, i, 2, 1, 1, ceil_mode=True))
 
 
 def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None:
@@ -208,7 +221,8 @@ def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None
         return None
     if got.dtype != dtype:
         return f"dtype {got.dtype}, want {dtype}"
-    if name.startswith(("max_pool2d/", "max_pool2d_with_indices/", "contiguous/max")):
+    if name.startswith(("max_pool2d/", "max_pool2d_with_indices/",
+                        "contiguous/max_pool2d/", "contiguous/max_pool2d_with_indices/")):
         # max pooling is exact: the reference value rounded to the dtype
         if not np.array_equal(got, want.astype(dtype), equal_nan=True):
             return f"values differ:\n{got}\nwant\n{want}"
