@@ -23,32 +23,30 @@ DTYPE_BITS = {np.dtype(np.float16): 16, np.dtype(np.float32): 32, np.dtype(np.fl
 INDEX_BITS = {np.dtype(np.int32): 32, np.dtype(np.int64): 64}
 GROUP = 256  # work-items per work-group, when the device allows it
 SPECIALIZE_UP_TO = 8  # windows up to this size are built with their sizes as constants
-# Rows each work-item handles on a GPU, by kernel: the best of 1, 2, 4, 8 and 16 in
-# clpool bench on the H200 (BENCHMARKS.md). "adaptive_avg_pool2d_backward" also names the
-# average pooling backward that adaptive pooling with equal cells runs. CPUs take 1.
-GPU_ROWS = {
-    "max_pool2d_forward": 2,
-    "max_pool2d_backward": 4,
-    "avg_pool2d_forward": 8,
-    "avg_pool2d_backward": 4,
-    "adaptive_avg_pool2d_forward": 2,
-    "adaptive_avg_pool2d_backward": 16,
+# Rows each work-item handles, by device kind and kernel: the best of 1, 2, 4, 8 and 16
+# in clpool bench on the H200 and on this project's 2-core CPU (BENCHMARKS.md).
+# "adaptive_avg_pool2d_backward" also names the average pooling backward that adaptive
+# pooling with equal cells runs. Kernels not named take one row.
+ROWS = {
+    "GPU": {
+        "max_pool2d_forward": 2,
+        "max_pool2d_backward": 4,
+        "avg_pool2d_forward": 8,
+        "avg_pool2d_backward": 4,
+        "adaptive_avg_pool2d_forward": 2,
+        "adaptive_avg_pool2d_backward": 16,
+    },
+    "CPU": {
+        "max_pool2d_backward": 4,
+        "avg_pool2d_backward": 4,
+        "adaptive_avg_pool2d_forward": 4,
+        "adaptive_avg_pool2d_backward": 8,
+    },
 }
 _launch_lock = threading.Lock()
+_recording = threading.local()
 _pools: dict[int, cl_tools.MemoryPool] = {}
 _pools_lock = threading.Lock()
-
-
-def memory_pool(queue: cl.CommandQueue) -> cl_tools.MemoryPool:
-    """The pool clpool allocates outputs and uploads from on `queue`, one per queue so that
-    a reused block is only ever touched in that queue's order. Reuse spares a CPU device
-    the page faults of fresh memory and every device the cost of creating buffers."""
-    with _pools_lock:
-        pool = _pools.get(queue.int_ptr)
-        if pool is None:
-            pool = _pools[queue.int_ptr] = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(queue))
-        return pool
-_recording = threading.local()
 
 
 @contextmanager
@@ -61,8 +59,15 @@ def recording() -> Iterator[list[cl.Event]]:
         _recording.events = None
 
 
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
+def memory_pool(queue: cl.CommandQueue) -> cl_tools.MemoryPool:
+    """The pool clpool allocates outputs and uploads from on `queue`, one per queue so that
+    a reused block is only ever touched in that queue's order. Reuse spares a CPU device
+    the page faults of fresh memory and every device the cost of creating buffers."""
+    with _pools_lock:
+        pool = _pools.get(queue.int_ptr)
+        if pool is None:
+            pool = _pools[queue.int_ptr] = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(queue))
+        return pool
 
 
 def rows_per_item(device: cl.Device, kernel: str) -> int:
@@ -70,7 +75,12 @@ def rows_per_item(device: cl.Device, kernel: str) -> int:
     override = os.environ.get("CLPOOL_ROWS", "")
     if override.isdigit() and int(override) > 0:
         return int(override)
-    return GPU_ROWS.get(kernel, 1) if device.type & cl.device_type.GPU else 1
+    kind = "GPU" if device.type & cl.device_type.GPU else "CPU"
+    return ROWS[kind].get(kernel, 1)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
 
 
 def ndrange(device: cl.Device, cols: int, rows: int, planes: int) -> tuple[tuple, tuple]:
