@@ -10,7 +10,7 @@ import time
 import click
 import pyopencl as cl
 
-from . import discovery
+from . import __version__, discovery
 from .errors import Problem
 
 
@@ -27,7 +27,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 @click.group()
-@click.version_option(package_name="clpool")
+@click.version_option(__version__, prog_name="clpool")
 def main() -> None:
     """clpool: PyTorch's 2-D pooling ops as OpenCL kernels, on any OpenCL device."""
 

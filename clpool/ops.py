@@ -122,7 +122,7 @@ class _Call:
         else:
             self.rt = runtime(select(device))
             where.device = self.rt.device.name.strip()
-        self.arrays = [a if isinstance(a, cla.Array) else np.asarray(a) for a in arrays]
+        self.arrays = [a if isinstance(a, cla.Array) else _native(np.asarray(a)) for a in arrays]
         self.host = not isinstance(self.arrays[0], cla.Array)
         self.dtype = self.arrays[0].dtype
         where.dtype = self.dtype.name
@@ -194,6 +194,11 @@ class _Call:
         if not batched:
             out = out.reshape(out.shape[1:])
         return out.get() if self.host else out
+
+
+def _native(a: np.ndarray) -> np.ndarray:
+    """`a` in the machine's byte order (devices read little-endian numbers)."""
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
 def _index_bits(index_dtype: object) -> int:

@@ -533,3 +533,11 @@ def test_sizes_past_int32_raise_pool_errors(device, label, call):
     with pytest.raises(clpool.PoolError) as info:
         call()
     check_error(info, label, device, "float32")
+
+
+def test_big_endian_numpy_input_is_read_by_value():
+    rng = np.random.default_rng(4100)
+    x = data(rng, (2, 3, 7, 6))
+    swapped = x.astype(x.dtype.newbyteorder(">"))
+    assert same_bits(clpool.max_pool2d(swapped, 3, 2, 1), clpool.max_pool2d(x, 3, 2, 1))
+    assert same_bits(clpool.avg_pool2d(swapped, 2), clpool.avg_pool2d(x, 2))
