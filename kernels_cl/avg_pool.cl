@@ -58,20 +58,18 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
     long plane = PLANE_ID();
     __global const elem_t *gp = grad_out + plane * OH * OW;
     int ih0 = get_global_id(1) * CLPOOL_ROWS;
-    int ow0 = first_window(iw, sw, pw, kw), ow1 = end_window(iw, sw, pw, OW);
-    int oh0 = first_window(ih0, sh, ph, kh);
-    int oh1 = end_window(min(ih0 + CLPOOL_ROWS - 1, H - 1), sh, ph, OH);
-    int nh = (CLPOOL_ROWS + kh - 1 + sh - 1) / sh, nw = (kw + sw - 1) / sw;
+    window_range rows = windows_reaching(ih0, CLPOOL_ROWS, H, sh, ph, kh, OH);
+    window_range cols = windows_reaching(iw, 1, W, sw, pw, kw, OW);
 
     acc_t g[CLPOOL_ROWS];
     for (int r = 0; r < CLPOOL_ROWS; ++r)
         g[r] = 0;
-    for (int a = 0; a < nh; ++a) {
-        int oh = oh0 + a, top = oh * sh - ph;
+    for (int a = 0; a < rows.count; ++a) {
+        int oh = rows.first + a, top = oh * sh - ph;
         acc_t row = 0; /* this window row's share for every input row it covers */
-        for (int b = 0; b < nw; ++b) {
-            int ow = ow0 + b;
-            if (oh >= oh1 || ow >= ow1)
+        for (int b = 0; b < cols.count; ++b) {
+            int ow = cols.first + b;
+            if (oh >= rows.end || ow >= cols.end)
                 continue;
             int div = avg_divisor(top, ow * sw - pw, kh, kw, H, W, ph, pw,
                                   count_include_pad, divisor_override);

@@ -68,17 +68,21 @@ typedef int pos_t;
 /* True when 0 <= i < n. */
 #define INSIDE(i, n) ((uint)(i) < (uint)(n))
 
-/* First window (stride s, padding p, extent span) that reaches input position i. */
-inline int first_window(int i, int s, int p, int span)
-{
-    int reach = i + p - span;  /* window o covers i when o*s > reach */
-    return reach < 0 ? 0 : reach / s + 1;
-}
+/* The windows (stride s, padding p, extent span) of an axis with `out` windows that can
+ * reach input positions i0 .. i0 + n - 1 (clipped to the axis of `size`): from `first`
+ * up to `end`, and never more than `count` of them, a constant when the sizes are. */
+typedef struct {
+    int first, end, count;
+} window_range;
 
-/* One past the last window that starts at or before input position i. */
-inline int end_window(int i, int s, int p, int out)
+inline window_range windows_reaching(int i0, int n, int size, int s, int p, int span, int out)
 {
-    return min((i + p) / s + 1, out);
+    window_range r;
+    int reach = i0 + p - span; /* window o covers i0 when o*s > reach */
+    r.first = reach < 0 ? 0 : reach / s + 1;
+    r.end = min((min(i0 + n - 1, size - 1) + p) / s + 1, out);
+    r.count = (n + span - 1 + s - 1) / s;
+    return r;
 }
 
 /* The average pooling divisor of the window starting at (hs, ws) in padded

@@ -79,22 +79,18 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
     __global const elem_t *gp = grad_out + plane * OH * OW;
     __global const index_t *ip = indices + plane * OH * OW;
     int ih0 = get_global_id(1) * CLPOOL_ROWS;
-    int span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
-    int ow0 = first_window(iw, sw, pw, span_w), ow1 = end_window(iw, sw, pw, OW);
-    int oh0 = first_window(ih0, sh, ph, span_h);
-    int oh1 = end_window(min(ih0 + CLPOOL_ROWS - 1, H - 1), sh, ph, OH);
-    /* Windows that can reach CLPOOL_ROWS consecutive rows, and one column: constants
-     * when FIX_WINDOW is. */
-    int nh = (CLPOOL_ROWS + span_h - 1 + sh - 1) / sh, nw = (span_w + sw - 1) / sw;
+    int span_h = (kh - 1) * dh + 1;
+    window_range rows = windows_reaching(ih0, CLPOOL_ROWS, H, sh, ph, span_h, OH);
+    window_range cols = windows_reaching(iw, 1, W, sw, pw, (kw - 1) * dw + 1, OW);
 
     acc_t g[CLPOOL_ROWS];
     for (int r = 0; r < CLPOOL_ROWS; ++r)
         g[r] = 0;
-    for (int a = 0; a < nh; ++a) {
-        int oh = oh0 + a, top = oh * sh - ph;
-        for (int b = 0; b < nw; ++b) {
-            int ow = ow0 + b;
-            if (oh >= oh1 || ow >= ow1)
+    for (int a = 0; a < rows.count; ++a) {
+        int oh = rows.first + a, top = oh * sh - ph;
+        for (int b = 0; b < cols.count; ++b) {
+            int ow = cols.first + b;
+            if (oh >= rows.end || ow >= cols.end)
                 continue;
             pos_t o = (pos_t)oh * OW + ow;
             index_t named = ip[o];
