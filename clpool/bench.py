@@ -190,8 +190,10 @@ def time_torch(case: Case, where: str, repeats: int) -> float:
     return _median_us(samples)
 
 
-def host_overhead_us(rt: Runtime, calls: int = 2000) -> tuple[float, float]:
-    """Wall time per warm call on a tiny device-resident array, and its device time (us)."""
+def host_overhead_us(rt: Runtime, calls: int = 2000) -> dict[str, float]:
+    """Per warm call on a tiny device-resident array (us): clpool's wall time, the kernel's
+    device time, and the wall time of enqueueing an empty kernel with PyOpenCL alone (the
+    driver's share: the rest is clpool's Python)."""
     x = cla.to_device(rt.queue, np.ones((1, 1, 4, 4), np.float32))
     ops.max_pool2d(x, 2)
     rt.queue.finish()
@@ -202,7 +204,17 @@ def host_overhead_us(rt: Runtime, calls: int = 2000) -> tuple[float, float]:
         rt.queue.finish()
     wall = (time.perf_counter() - t0) / calls
     kernel = statistics.median((e.profile.end - e.profile.start) * 1e-9 for e in events)
-    return wall * 1e6, kernel * 1e6
+    empty = cl.Program(rt.context, "__kernel void empty(__global float *a) {}").build()
+    empty = cl.Kernel(empty, "empty")
+    empty(rt.queue, (1,), None, x.data)
+    rt.queue.finish()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        empty(rt.queue, (1,), None, x.data)
+    rt.queue.finish()
+    bare = (time.perf_counter() - t0) / calls
+    return dict(host_call_us=wall * 1e6, host_call_kernel_us=kernel * 1e6,
+                bare_enqueue_us=bare * 1e6)
 
 
 def run(rt: Runtime, cases: Iterable[Case], repeats: int, with_torch: bool = True

@@ -111,16 +111,16 @@ def bench(device_spec: str | None, op_names: tuple[str, ...], shape: str | None,
         for row in harness.run(rt, bar, repeats, with_torch=not no_torch):
             row["copy_fraction"] = row["gbps"] / copy
             rows.append(row)
-    wall_us, kernel_us = harness.host_overhead_us(rt)
+    host = harness.host_overhead_us(rt)
     report = dict(device=rt.device.name.strip(), platform=rt.device.platform.name.strip(),
-                  date=time.strftime("%Y-%m-%d"), copy_gbps=copy, host_call_us=wall_us,
-                  host_call_kernel_us=kernel_us, rows=rows)
+                  date=time.strftime("%Y-%m-%d"), copy_gbps=copy, **host, rows=rows)
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
     click.echo(f"{report['platform']} | {report['device']}: copy bandwidth {copy:,.0f} GB/s "
-               f"(read + write); warm call on a tiny array {wall_us:.1f} us wall, "
-               f"{kernel_us:.1f} us on the device")
+               f"(read + write); warm call on a tiny array {host['host_call_us']:.1f} us wall "
+               f"({host['bare_enqueue_us']:.1f} us to enqueue an empty kernel), "
+               f"{host['host_call_kernel_us']:.1f} us on the device")
     torch_where = rows[0].get("torch", "-") if rows else "-"
     table = [[r["op"], "x".join(map(str, r["shape"])), r["params"], f"{r['us']:.1f}",
               f"{r['gbps']:.0f}", f"{100 * r['copy_fraction']:.0f}%",

@@ -44,6 +44,7 @@ ROWS = {
     },
 }
 _launch_lock = threading.Lock()
+_typed: set[int] = set()  # kernels whose scalar argument types are set
 _recording = threading.local()
 _pools: dict[int, cl_tools.MemoryPool] = {}
 _pools_lock = threading.Lock()
@@ -77,6 +78,14 @@ def rows_per_item(device: cl.Device, kernel: str) -> int:
         return int(override)
     kind = "GPU" if device.type & cl.device_type.GPU else "CPU"
     return ROWS[kind].get(kernel, 1)
+
+
+def _scalar_type(value: object) -> type | None:
+    """The OpenCL type of a kernel argument: long for np.int64, int for other integers,
+    None for buffers and local memory."""
+    if isinstance(value, np.int64):
+        return np.int64
+    return np.int32 if isinstance(value, (int, np.integer)) else None
 
 
 def _pow2_at_least(n: int) -> int:
@@ -161,9 +170,12 @@ class _Call:
             cols, all_rows, planes = sizes
             sizes, local = ndrange(self.rt.device, cols, -(-all_rows // rows), planes)
         values = [a.data if isinstance(a, cla.Array) else a for a in args]
-        values = [np.int32(v) if isinstance(v, int) else v for v in values]
         kernel = self.kernel(name, rows)
         with _launch_lock:
+            if kernel.int_ptr not in _typed:
+                # Typed scalars take PyOpenCL's fast path: an untyped one costs ~5 us a launch.
+                kernel.set_scalar_arg_dtypes([_scalar_type(v) for v in values])
+                _typed.add(kernel.int_ptr)
             event = kernel(self.rt.queue, sizes, local, *values)
         if getattr(_recording, "events", None) is not None:
             _recording.events.append(event)
