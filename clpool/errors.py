@@ -61,7 +61,7 @@ class Where:
 
     label: str
     device: str = "unknown"
-    dtype: str = "unknown"
+    dtype: object = "unknown"  # a numpy dtype once known; named only if the op fails
 
 
 @contextmanager
@@ -75,6 +75,6 @@ def reporting(label: str) -> Iterator[Where]:
     except PoolError:
         raise
     except Problem as p:
-        fail(p.kind, label, where.device, where.dtype, p.reason, **p.extra)
+        fail(p.kind, label, where.device, str(where.dtype), p.reason, **p.extra)
     except (cl.Error, MemoryError) as e:
-        fail(KernelError, label, where.device, where.dtype, f"launch failed: {e}")
+        fail(KernelError, label, where.device, str(where.dtype), f"launch failed: {e}")

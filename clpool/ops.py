@@ -134,7 +134,7 @@ class _Call:
         self.arrays = [a if isinstance(a, cla.Array) else _native(np.asarray(a)) for a in arrays]
         self.host = not isinstance(self.arrays[0], cla.Array)
         self.dtype = self.arrays[0].dtype
-        where.dtype = self.dtype.name
+        where.dtype = self.dtype
         problem = _dtype_problem(self.dtype, self.rt.device)
         if problem:
             raise Problem(UnsupportedDtypeError, problem)
@@ -260,7 +260,7 @@ def _backward_call(where: Where, family: str, device: object, grad_output: Tenso
     """The call of a backward op: runs where grad_output lives, with x's dtype and shape."""
     call = _Call(where, family, device, grad_output, x, *more)
     grad, fwd = call.arrays[0], call.arrays[1]
-    where.dtype = fwd.dtype.name
+    where.dtype = fwd.dtype
     if grad.dtype != fwd.dtype:
         raise Problem(PoolArgumentError, f"grad_output has dtype {grad.dtype.name} but the "
                                          f"input has {fwd.dtype.name}")
