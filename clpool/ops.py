@@ -30,7 +30,7 @@ SPECIALIZE_UP_TO = 8  # windows up to this size are built with their sizes as co
 ROWS = {
     "GPU": {
         "max_pool2d_forward": 2,
-        "max_pool2d_backward": 4,
+        "max_pool2d_backward": 8,
         "avg_pool2d_forward": 8,
         "avg_pool2d_backward": 4,
         "adaptive_avg_pool2d_forward": 2,
@@ -232,10 +232,14 @@ def _max_forward(label: str, x: Tensor, kernel_size, stride, padding, dilation, 
         call.specialize((h * w, win.oh * win.ow), win)
         out_shape = (n, c, win.oh, win.ow)
         out = call.empty(out_shape)
-        indices = call.empty(out_shape, np.dtype(f"int{call.index_bits}")) if with_indices else out
+        if with_indices:
+            indices = call.empty(out_shape, np.dtype(f"int{call.index_bits}"))
+        else:
+            indices = out  # a placeholder the kernel never touches
+            call.options += ("-DCLPOOL_NO_INDICES",)
         if out.size:
             call.launch("max_pool2d_forward", (win.ow, win.oh, n * c), call.input(0), out,
-                        indices, int(with_indices), h, w, win.oh, win.ow, *win.args())
+                        indices, h, w, win.oh, win.ow, *win.args())
         batched = call.arrays[0].ndim == 4
         return call.result(out, batched), call.result(indices, batched) if with_indices else None
 

@@ -1,6 +1,7 @@
 /* Max pooling. A work-item handles one column of CLPOOL_ROWS consecutive rows: the
  * forward loads each input row of their windows once and folds it into every output
- * row it serves; the backward loads each candidate window once for every input row. */
+ * row it serves; the backward gathers row by row (on the H200 that beat loading each
+ * candidate window once for all rows: 713 against 1,161 us on [128,64,128,128] k3 s1). */
 
 /* Fold tap v at `at` into (best, best_i): NaN wins (the last NaN in window order keeps
  * its index, as in PyTorch), ties keep the first element in row-major window order,
@@ -12,11 +13,12 @@
     }
 
 /* out = max over the window; a window with no element gives -inf and index -1.
- * indices are written when with_indices is set (max_pool2d passes 0 and a placeholder
- * buffer: a null pointer there makes Intel's CPU compiler give up vectorizing). */
+ * max_pool2d builds with -DCLPOOL_NO_INDICES and passes a placeholder for `indices`:
+ * a null pointer or a run-time flag there made Intel's CPU compiler give up
+ * vectorizing (3x slower on this project's CPU, BENCHMARKS.md). */
 __kernel void max_pool2d_forward(__global const elem_t *restrict x,
                                  __global elem_t *restrict out,
-                                 __global index_t *restrict indices, int with_indices,
+                                 __global index_t *restrict indices,
                                  int H, int W, int OH, int OW,
                                  int kh, int kw, int sh, int sw,
                                  int ph, int pw, int dh, int dw)
@@ -57,13 +59,15 @@ __kernel void max_pool2d_forward(__global const elem_t *restrict x,
     for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r) {
         long o = (plane * OH + oh0 + r) * OW + ow;
         STORE(out, o, best[r]);
-        if (with_indices)
-            indices[o] = (index_t)best_i[r];
+#ifndef CLPOOL_NO_INDICES
+        indices[o] = (index_t)best_i[r];
+#endif
     }
 }
 
 /* grad_x[i] = sum of grad_out over the windows that can contain i and whose index
- * names i. An index naming no element of the plane matches nothing. */
+ * names i. An index naming no element of the plane matches nothing. Gradients are
+ * loaded whether they match or not, so that the loads issue together. */
 __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
                                   __global const index_t *restrict indices,
                                   __global elem_t *restrict grad_x,
@@ -78,30 +82,22 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
     long plane = PLANE_ID();
     __global const elem_t *gp = grad_out + plane * OH * OW;
     __global const index_t *ip = indices + plane * OH * OW;
-    int ih0 = get_global_id(1) * CLPOOL_ROWS;
-    int span_h = (kh - 1) * dh + 1;
-    window_range rows = windows_reaching(ih0, CLPOOL_ROWS, H, sh, ph, span_h, OH);
     window_range cols = windows_reaching(iw, 1, W, sw, pw, (kw - 1) * dw + 1, OW);
-
-    acc_t g[CLPOOL_ROWS];
-    for (int r = 0; r < CLPOOL_ROWS; ++r)
-        g[r] = 0;
-    for (int a = 0; a < rows.count; ++a) {
-        int oh = rows.first + a, top = oh * sh - ph;
-        for (int b = 0; b < cols.count; ++b) {
-            int ow = cols.first + b;
-            if (oh >= rows.end || ow >= cols.end)
-                continue;
-            pos_t o = (pos_t)oh * OW + ow;
-            index_t named = ip[o];
-            acc_t v = LOAD(gp, o);
-            for (int r = 0; r < CLPOOL_ROWS; ++r) {
-                int ih = ih0 + r;
-                if (ih >= top && ih - top < span_h)
-                    g[r] += named == (pos_t)ih * W + iw ? v : (acc_t)0;
+    FOR_EACH_ROW(ih, H) {
+        pos_t self = (pos_t)ih * W + iw;
+        window_range rows = windows_reaching(ih, 1, H, sh, ph, (kh - 1) * dh + 1, OH);
+        acc_t g = 0;
+        for (int a = 0; a < rows.count; ++a) {
+            int oh = rows.first + a;
+            for (int b = 0; b < cols.count; ++b) {
+                int ow = cols.first + b;
+                if (oh >= rows.end || ow >= cols.end)
+                    continue;
+                pos_t o = (pos_t)oh * OW + ow;
+                acc_t v = LOAD(gp, o);
+                g += ip[o] == self ? v : (acc_t)0;
             }
         }
+        STORE(grad_x, plane * H * W + self, g);
     }
-    for (int r = 0; r < CLPOOL_ROWS && ih0 + r < H; ++r)
-        STORE(grad_x, plane * H * W + (pos_t)(ih0 + r) * W + iw, g[r]);
 }

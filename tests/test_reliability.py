@@ -428,10 +428,14 @@ def test_many_calls_do_not_grow_memory(device, monkeypatch) -> None:
         queue.finish()
 
     run(1400)  # warm-up: builds, kernel objects, allocator pools, numpy caches
+    pool = ops.memory_pool(queue)  # clpool's outputs and uploads come from it
     base_buffers, base_rss = live[0], _rss_kib()
+    base_pool = (pool.active_blocks, pool.held_blocks, pool.managed_bytes)
     run(10_000)
     grown = _rss_kib() - base_rss
     assert live[0] == base_buffers, f"{live[0] - base_buffers} device buffers leaked"
+    assert (pool.active_blocks, pool.held_blocks, pool.managed_bytes) == base_pool, \
+        "clpool's memory pool grew"
     assert grown < 4096, f"RSS grew by {grown} KiB over 10,000 calls"
 
 
