@@ -6,11 +6,17 @@
 /* Fold tap v at `at` into (best, best_i): NaN wins (the last NaN in window order keeps
  * its index, as in PyTorch), ties keep the first element in row-major window order,
  * and the first tap inside the plane sets the index. */
+#ifdef CLPOOL_NO_INDICES /* values only: the first tap needs no special case */
+#define FOLD_MAX(best, best_i, v, at)                                               \
+    if ((v) > (best) || isnan(v))                                                   \
+        (best) = (v);
+#else
 #define FOLD_MAX(best, best_i, v, at)                                               \
     if ((best_i) < 0 || (v) > (best) || isnan(v)) {                                 \
         (best) = (v);                                                               \
         (best_i) = (at);                                                            \
     }
+#endif
 
 /* out = max over the window; a window with no element gives -inf and index -1.
  * max_pool2d builds with -DCLPOOL_NO_INDICES and passes a placeholder for `indices`:
