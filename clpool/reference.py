@@ -24,7 +24,7 @@ def _pair(value) -> tuple[int, int]:
 def _planes(x: np.ndarray) -> np.ndarray:
     """x as float64 planes (N*C, H, W)."""
     x = np.asarray(x)
-    return x.astype(np.float64).reshape((-1,) + x.shape[-2:])
+    return x.astype(np.float64).reshape((int(np.prod(x.shape[:-2])),) + x.shape[-2:])
 
 
 def _restore(planes: np.ndarray, like_shape: tuple[int, ...]) -> np.ndarray:
