@@ -9,6 +9,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
+from clpool import PoolArgumentError
 from clpool import reference as ref
 
 
@@ -153,3 +154,11 @@ def check_error(info: pytest.ExceptionInfo, label: str, device: cl.Device, dtype
     assert re.match(message_re(label, device, dtype), str(e)), str(e)
     assert (e.label, e.device, e.dtype) == (label, device.name.strip(), dtype)
     assert e.reason and str(e).endswith(e.reason)
+
+
+def check_argument_error(call, label: str, device: cl.Device) -> None:
+    """`call` raises a PoolArgumentError (a ValueError) in the one-handler format."""
+    with pytest.raises(PoolArgumentError) as info:
+        call()
+    assert isinstance(info.value, ValueError)
+    check_error(info, label, device, "float32")
