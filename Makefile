@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[pocl,test,dev]'
-	$(BIN)/python -c 'import sys, clpool.discovery as d; sys.exit(not any(map(d.builds, d.cl_devices())))' \
+	$(BIN)/python -c 'import sys, clpool.discovery as d; sys.exit(not any(map(d.can_build, d.cl_devices())))' \
 	  || $(BIN)/python -m pip install -q -e '.[pocl,intel,test,dev]'
 	$(BIN)/clpool devices
 	touch $(STAMP)

@@ -101,7 +101,9 @@ def bench(device_spec: str | None, op_names: tuple[str, ...], shape: str | None,
     try:
         dims = tuple(int(v) for v in shape.split(",")) if shape else None
     except ValueError:
-        raise click.BadParameter(f"--shape wants N,C,H,W, got {shape!r}") from None
+        dims = ()
+    if dims is not None and (len(dims) != 4 or min(dims) < 1):
+        raise click.BadParameter(f"--shape wants four positive sizes N,C,H,W, got {shape!r}")
     rt = discovery.runtime(_device_or_exit(device_spec))
     cpu = not rt.device.type & cl.device_type.GPU
     cases = harness.default_cases(cpu, op_names or harness.OPS, dims)

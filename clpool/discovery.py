@@ -162,6 +162,9 @@ def _match(spec: object) -> cl.Device:
         return spec
     if isinstance(spec, DeviceInfo):
         spec = spec.index
+    if isinstance(spec, bool):
+        raise Problem(PoolArgumentError, f"device must be a pyopencl Device, an index or a "
+                                         f"name, got {spec!r}")
     if isinstance(spec, int) or (isinstance(spec, str) and spec.strip().isdigit()):
         i = int(spec)
         if 0 <= i < len(found):
@@ -217,7 +220,7 @@ def runtime(device: cl.Device) -> Runtime:
         return _runtimes[key]
 
 
-def builds(device: cl.Device) -> bool:
+def can_build(device: cl.Device) -> bool:
     """True when the device compiles and runs a trivial kernel (some CPU drivers list a
     device whose compiler cannot target this processor)."""
     try:

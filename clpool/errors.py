@@ -78,3 +78,6 @@ def reporting(label: str) -> Iterator[Where]:
         fail(p.kind, label, where.device, str(where.dtype), p.reason, **p.extra)
     except (cl.Error, MemoryError) as e:
         fail(KernelError, label, where.device, str(where.dtype), f"launch failed: {e}")
+    except Exception as e:  # a failure nothing above foresaw still leaves through `fail`
+        fail(KernelError, label, where.device, str(where.dtype),
+             f"unexpected {type(e).__name__}: {e}")

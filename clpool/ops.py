@@ -1,4 +1,5 @@
-"""The seven pooling ops: argument checks, then one OpenCL kernel launch each."""
+"""The seven pooling ops: argument checks, then one OpenCL kernel launch each (plus a copy
+for a strided device input)."""
 
 from __future__ import annotations
 
@@ -71,13 +72,21 @@ def memory_pool(queue: cl.CommandQueue) -> cl_tools.MemoryPool:
         return pool
 
 
+def empty_cache() -> None:
+    """Give the memory clpool keeps for reuse back to the OpenCL runtime (arrays still in
+    use stay), like torch.cuda.empty_cache()."""
+    with _pools_lock:
+        for pool in _pools.values():
+            pool.free_held()
+
+
 def rows_per_item(device: cl.Device, kernel: str) -> int:
     """Rows each work-item of an elementwise kernel handles (CLPOOL_ROWS overrides)."""
     override = os.environ.get("CLPOOL_ROWS", "")
     if override.isdigit() and int(override) > 0:
-        return int(override)
+        return min(int(override), shapes.MAX_ROWS)
     kind = "GPU" if device.type & cl.device_type.GPU else "CPU"
-    return ROWS[kind].get(kernel, 1)
+    return min(ROWS[kind].get(kernel, 1), shapes.MAX_ROWS)
 
 
 def _scalar_type(value: object) -> type | None:
@@ -121,6 +130,8 @@ class _Call:
         on_device = [a for a in arrays if isinstance(a, cla.Array)]
         if on_device:
             queue = on_device[0].queue
+            if queue is None:
+                raise Problem(PoolArgumentError, "device arrays must have a queue")
             self.rt = Runtime(queue.device, queue.context, queue)
             where.device = queue.device.name.strip()
             if any(a.context != queue.context for a in on_device):
@@ -131,7 +142,7 @@ class _Call:
         else:
             self.rt = runtime(select(device))
             where.device = self.rt.device.name.strip()
-        self.arrays = [a if isinstance(a, cla.Array) else _native(np.asarray(a)) for a in arrays]
+        self.arrays = [a if isinstance(a, cla.Array) else _host_array(a) for a in arrays]
         self.host = not isinstance(self.arrays[0], cla.Array)
         self.dtype = self.arrays[0].dtype
         where.dtype = self.dtype
@@ -141,11 +152,14 @@ class _Call:
         self.family = family
         self.index_bits = 64
         self.options: tuple[str, ...] = ()
+        self.rows = 1
 
-    def specialize(self, planes: tuple[int, ...], win: shapes.Window | None = None) -> None:
-        """Choose the build variant: 64-bit in-plane offsets for a plane of 2^31 elements or
-        more, and the window sizes as constants for a small window (CLPOOL_SPECIALIZE=0
-        turns that off)."""
+    def specialize(self, tuned_as: str, planes: tuple[int, ...],
+                   win: shapes.Window | None = None) -> None:
+        """Choose the build variant: the rows per work-item tuned for kernel `tuned_as`,
+        64-bit in-plane offsets for a plane of 2^31 elements or more, and the window sizes
+        as constants for a small window (CLPOOL_SPECIALIZE=0 turns that off)."""
+        self.rows = rows_per_item(self.rt.device, tuned_as)
         options = ["-DCLPOOL_LARGE_PLANE"] if max(planes) >= 2**31 else []
         if (win is not None and max(win.kh, win.kw) <= SPECIALIZE_UP_TO
                 and os.environ.get("CLPOOL_SPECIALIZE", "1") != "0"):
@@ -154,23 +168,21 @@ class _Call:
             options += [f"-DCLPOOL_{name}={value}" for name, value in sizes]
         self.options = tuple(options)
 
-    def kernel(self, name: str, rows: int = 1) -> cl.Kernel:
+    def kernel(self, name: str) -> cl.Kernel:
         options = (f"-DCLPOOL_DTYPE={DTYPE_BITS[self.dtype]}",
-                   f"-DCLPOOL_INDEX={self.index_bits}", f"-DCLPOOL_ROWS={rows}",
+                   f"-DCLPOOL_INDEX={self.index_bits}", f"-DCLPOOL_ROWS={self.rows}",
                    *self.options)
         return programs.kernels(self.rt.context, SOURCES[self.family], options)[name]
 
     def launch(self, name: str, sizes: tuple[int, ...], *args: object,
-               local: tuple | None = None, tuned_as: str | None = None) -> None:
+               local: tuple | None = None) -> None:
         """Enqueue kernel `name` over `sizes` (cols, rows, planes), each work-item taking
-        the rows tuned for `tuned_as` (default: `name`), or over an explicit range."""
-        rows = 1
+        the call's rows, or over an explicit range with `local`."""
         if local is None:
-            rows = rows_per_item(self.rt.device, tuned_as or name)
             cols, all_rows, planes = sizes
-            sizes, local = ndrange(self.rt.device, cols, -(-all_rows // rows), planes)
+            sizes, local = ndrange(self.rt.device, cols, -(-all_rows // self.rows), planes)
         values = [a.data if isinstance(a, cla.Array) else a for a in args]
-        kernel = self.kernel(name, rows)
+        kernel = self.kernel(name)
         with _launch_lock:
             if kernel.int_ptr not in _typed:
                 # Typed scalars take PyOpenCL's fast path: an untyped one costs ~5 us a launch.
@@ -208,9 +220,21 @@ class _Call:
         return out.get() if self.host else out
 
 
-def _native(a: np.ndarray) -> np.ndarray:
-    """`a` in the machine's byte order (devices read little-endian numbers)."""
+def _host_array(value: object) -> np.ndarray:
+    """`value` as a numpy array in the machine's byte order (devices read little-endian
+    numbers)."""
+    try:
+        a = np.asarray(value)
+    except (ValueError, TypeError) as e:
+        raise Problem(PoolArgumentError, f"input is not an array: {e}") from None
     return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
+
+
+def _check_index_range(bits: int, plane: int) -> None:
+    """int32 indices cannot name the elements of a plane of 2^31 elements or more."""
+    if bits == 32 and plane > 2**31 - 1:
+        raise Problem(PoolArgumentError, f"int32 indices cannot address a plane of {plane} "
+                                         "elements; use int64")
 
 
 def _index_bits(index_dtype: object) -> int:
@@ -229,7 +253,8 @@ def _max_forward(label: str, x: Tensor, kernel_size, stride, padding, dilation, 
         win = shapes.window((h, w), kernel_size, stride, padding, dilation, ceil_mode,
                             family="max")
         call.index_bits = _index_bits(index_dtype)
-        call.specialize((h * w, win.oh * win.ow), win)
+        _check_index_range(call.index_bits, h * w)
+        call.specialize("max_pool2d_forward", (h * w, win.oh * win.ow), win)
         out_shape = (n, c, win.oh, win.ow)
         out = call.empty(out_shape)
         if with_indices:
@@ -291,7 +316,8 @@ def max_pool2d_with_indices_backward(grad_output: Tensor, x: Tensor, indices: Te
             raise Problem(PoolArgumentError,
                           f"indices must be int64 or int32, got {index_dtype.name}")
         call.index_bits = INDEX_BITS[index_dtype]
-        call.specialize((h * w, win.oh * win.ow), win)
+        _check_index_range(call.index_bits, h * w)
+        call.specialize("max_pool2d_backward", (h * w, win.oh * win.ow), win)
         grad_x = call.empty((n, c, h, w))
         if grad_x.size:
             call.launch("max_pool2d_backward", (w, h, n * c), call.input(0),
@@ -311,12 +337,13 @@ def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool =
         call = _Call(where, "avg", device, x)
         n, c, h, w = shapes.split_batch(call.arrays[0].shape)
         win = _avg_window(h, w, kernel_size, stride, padding, ceil_mode)
+        include_pad = int(shapes.flag(count_include_pad, "count_include_pad"))
         div = shapes.divisor(divisor_override)
-        call.specialize((h * w, win.oh * win.ow), win)
+        call.specialize("avg_pool2d_forward", (h * w, win.oh * win.ow), win)
         out = call.empty((n, c, win.oh, win.ow))
         if out.size:
             call.launch("avg_pool2d_forward", (win.ow, win.oh, n * c), call.input(0), out,
-                        h, w, win.oh, win.ow, *win.args()[:6], int(bool(count_include_pad)), div)
+                        h, w, win.oh, win.ow, *win.avg_args(), include_pad, div)
         return call.result(out, call.arrays[0].ndim == 4)
 
 
@@ -328,14 +355,15 @@ def avg_pool2d_backward(grad_output: Tensor, x: Tensor, kernel_size, stride=None
     with reporting("avg_pool2d_backward") as where:
         call, (n, c, h, w) = _backward_call(where, "avg", device, grad_output, x)
         win = _avg_window(h, w, kernel_size, stride, padding, ceil_mode)
+        include_pad = int(shapes.flag(count_include_pad, "count_include_pad"))
         div = shapes.divisor(divisor_override)
         shapes.expect_shape("grad_output", call.arrays[0].shape,
                             call.arrays[1].shape[:-2] + (win.oh, win.ow))
-        call.specialize((h * w, win.oh * win.ow), win)
+        call.specialize("avg_pool2d_backward", (h * w, win.oh * win.ow), win)
         grad_x = call.empty((n, c, h, w))
         if grad_x.size:
             call.launch("avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
-                        h, w, win.oh, win.ow, *win.args()[:6], int(bool(count_include_pad)), div)
+                        h, w, win.oh, win.ow, *win.avg_args(), include_pad, div)
         return call.result(grad_x, call.arrays[1].ndim == 4)
 
 
@@ -345,11 +373,14 @@ def adaptive_avg_pool2d(x: Tensor, output_size, *, device: object = None) -> Ten
         call = _Call(where, "adaptive", device, x)
         n, c, h, w = shapes.split_batch(call.arrays[0].shape)
         oh, ow = shapes.adaptive_output((h, w), output_size)
-        call.specialize((h * w, oh * ow))
+        call.specialize("adaptive_avg_pool2d_forward", (h * w, oh * ow))
         out = call.empty((n, c, oh, ow))
         if out.size and (oh, ow) == (1, 1) and call.rt.device.type & cl.device_type.GPU:
             # A GPU needs many work-items per plane; a CPU sums a plane fastest in one.
-            group = min(GROUP, call.rt.device.max_work_group_size)
+            kernel = call.kernel("adaptive_avg_pool2d_global")
+            fits = kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE,
+                                              call.rt.device)
+            group = 1 << (min(GROUP, fits).bit_length() - 1)  # a power of two
             acc = np.dtype(np.float64 if call.dtype == np.float64 else np.float32)
             call.launch("adaptive_avg_pool2d_global", (n * c * group,), call.input(0), out,
                         np.int64(h * w), cl.LocalMemory(group * acc.itemsize), local=(group,))
@@ -371,14 +402,14 @@ def adaptive_avg_pool2d_backward(grad_output: Tensor, x: Tensor, *,
         grad_x = call.empty((n, c, h, w))
         if grad_x.size and oh and ow and h % oh == 0 and w % ow == 0:
             # Equal cells that tile the plane: the average pooling backward of that window.
-            win = shapes.Window(h // oh, w // ow, h // oh, w // ow, 0, 0, 1, 1, oh, ow)
+            win = shapes.Window(kh=h // oh, kw=w // ow, sh=h // oh, sw=w // ow, ph=0, pw=0,
+                                dh=1, dw=1, oh=oh, ow=ow)
             call.family = "avg"
-            call.specialize((h * w, oh * ow), win)
+            call.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow), win)
             call.launch("avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
-                        h, w, oh, ow, *win.args()[:6], 1, 0,
-                        tuned_as="adaptive_avg_pool2d_backward")
+                        h, w, oh, ow, *win.avg_args(), 1, 0)
         elif grad_x.size:
-            call.specialize((h * w, oh * ow))
+            call.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow))
             call.launch("adaptive_avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
                         h, w, oh, ow)
         return call.result(grad_x, fwd.ndim == 4)

@@ -33,20 +33,27 @@ def source(name: str) -> str:
 
 
 _programs: dict[tuple, dict[str, cl.Kernel]] = {}
-_lock = threading.Lock()
+_locks: dict[tuple, threading.Lock] = {}
+_lock = threading.Lock()  # guards _locks and the counter; each build holds its key's lock
 builds = 0  # how many programs this process has built, for tests and the cold-start report
 
 
 def kernels(context: cl.Context, name: str, options: tuple[str, ...]) -> dict[str, cl.Kernel]:
-    """The kernels of `name` built with `options` on `context`, built on first use."""
+    """The kernels of `name` built with `options` on `context`, built on first use. A build
+    blocks only callers that want the same program."""
     global builds
     key = (context.int_ptr, name, options)
+    found = _programs.get(key)
+    if found is not None:
+        return found
     with _lock:
+        key_lock = _locks.setdefault(key, threading.Lock())
+    with key_lock:
         found = _programs.get(key)
         if found is None:
-            found = _build(context, name, source(name), options)
-            _programs[key] = found
-            builds += 1
+            found = _programs[key] = _build(context, name, source(name), options)
+            with _lock:
+                builds += 1
         return found
 
 

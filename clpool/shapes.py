@@ -9,6 +9,8 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
+import numpy as np
+
 from .errors import PoolArgumentError, Problem
 
 
@@ -75,15 +77,33 @@ class Window:
     ow: int
 
     def args(self) -> tuple[int, ...]:
-        """The window's sizes in the order the kernels take them."""
+        """The window's sizes in the order the max pooling kernels take them."""
         return (self.kh, self.kw, self.sh, self.sw, self.ph, self.pw, self.dh, self.dw)
+
+    def avg_args(self) -> tuple[int, ...]:
+        """The window's sizes in the order the average pooling kernels take them."""
+        return (self.kh, self.kw, self.sh, self.sw, self.ph, self.pw)
+
+
+def flag(value: object, name: str) -> bool:
+    """A bool argument (a bool, or an int or numpy scalar standing for one)."""
+    if isinstance(value, (bool, int, np.bool_, np.integer)):
+        return bool(value)
+    raise _bad(f"{name} must be a bool, got {value!r}")
+
+
+# Window positions are 32-bit in the kernels: the padded axis, the window's extent and
+# MAX_ROWS strides must stay below 2^31. An axis with one window never uses its stride
+# for positions, so a larger one is reported as the padded axis + 1 (the same window).
+MAX_ROWS = 64
 
 
 def window(hw: tuple[int, int], kernel_size: object, stride: object, padding: object,
-           dilation: object, ceil_mode: bool, *, family: str) -> Window:
+           dilation: object, ceil_mode: object, *, family: str) -> Window:
     """Check a max ("max") or average ("avg") pooling window against the input plane."""
     k = pair(kernel_size, "kernel_size")
-    s = k if stride is None or stride == () or stride == [] else pair(stride, "stride")
+    no_stride = stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0)
+    s = k if no_stride else pair(stride, "stride")
     p = pair(padding, "padding")
     d = pair(dilation, "dilation")
     if min(k) <= 0:
@@ -99,10 +119,17 @@ def window(hw: tuple[int, int], kernel_size: object, stride: object, padding: ob
         if p[axis] > limit:
             raise _bad(f"padding should be at most half of the kernel size, got padding {p} "
                        f"for kernel_size {k}" + (f" and dilation {d}" if family == "max" else ""))
-    out = tuple(output_size(hw[a], k[a], s[a], p[a], d[a], bool(ceil_mode)) for a in range(2))
+    ceil = flag(ceil_mode, "ceil_mode")
+    out = tuple(output_size(hw[a], k[a], s[a], p[a], d[a], ceil) for a in range(2))
     if min(out) < 1:
         raise _bad(f"output size is too small: input plane {hw} gives output {out}")
-    return Window(k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1], out[0], out[1])
+    s = tuple(min(s[a], hw[a] + 2 * p[a] + 1) if out[a] == 1 else s[a] for a in range(2))
+    for a in range(2):
+        if hw[a] + 2 * p[a] + (k[a] - 1) * d[a] + MAX_ROWS * s[a] >= 2**31:
+            raise _bad(f"input plane {hw} with kernel_size {k}, stride {s}, padding {p} and "
+                       f"dilation {d} is too large for 32-bit window arithmetic")
+    return Window(kh=k[0], kw=k[1], sh=s[0], sw=s[1], ph=p[0], pw=p[1], dh=d[0], dw=d[1],
+                  oh=out[0], ow=out[1])
 
 
 def adaptive_output(hw: tuple[int, int], output_size: object) -> tuple[int, int]:
@@ -118,6 +145,8 @@ def divisor(value: object) -> int:
     """divisor_override as a non-zero int (0 means no override)."""
     if value is None:
         return 0
+    if isinstance(value, (tuple, list)):
+        raise _bad(f"divisor_override must be an int, got {value!r}")
     (v, _) = pair(value, "divisor_override")
     if v == 0:
         raise _bad("divisor_override must not be zero")

@@ -74,7 +74,7 @@ __kernel void adaptive_avg_pool2d_forward(__global const elem_t *restrict x,
     FOR_EACH_ROW(oh, OH) {
         int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
         acc_t sum = window_sum(xp, W, h0, h1, w0, w1);
-        STORE(out, (plane * OH + oh) * OW + ow, sum / (acc_t)((h1 - h0) * (w1 - w0)));
+        STORE(out, (plane * OH + oh) * OW + ow, sum / (acc_t)(h1 - h0) / (acc_t)(w1 - w0));
     }
 }
 

@@ -14,9 +14,11 @@ __kernel void avg_pool2d_forward(__global const elem_t *restrict x,
     int ow = get_global_id(0);
     if (ow >= OW)
         return;
+    int oh0 = get_global_id(1) * CLPOOL_ROWS;
+    if (oh0 >= OH)
+        return;
     long plane = PLANE_ID();
     __global const elem_t *xp = x + plane * H * W;
-    int oh0 = get_global_id(1) * CLPOOL_ROWS;
     int hs = oh0 * sh - ph, ws = ow * sw - pw;
 
     acc_t sum[CLPOOL_ROWS];
@@ -37,9 +39,9 @@ __kernel void avg_pool2d_forward(__global const elem_t *restrict x,
                 sum[r] += row;
     }
     for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r) {
-        int div = avg_divisor(hs + r * sh, ws, kh, kw, H, W, ph, pw, count_include_pad,
-                              divisor_override);
-        STORE(out, (plane * OH + oh0 + r) * OW + ow, sum[r] / (acc_t)div);
+        acc_t div = avg_divisor(hs + r * sh, ws, kh, kw, H, W, ph, pw, count_include_pad,
+                                divisor_override);
+        STORE(out, (plane * OH + oh0 + r) * OW + ow, sum[r] / div);
     }
 }
 
@@ -71,9 +73,9 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
             int ow = cols.first + b;
             if (oh >= rows.end || ow >= cols.end)
                 continue;
-            int div = avg_divisor(top, ow * sw - pw, kh, kw, H, W, ph, pw,
-                                  count_include_pad, divisor_override);
-            row += LOAD(gp, (pos_t)oh * OW + ow) / (acc_t)div;
+            row += LOAD(gp, (pos_t)oh * OW + ow)
+                   / avg_divisor(top, ow * sw - pw, kh, kw, H, W, ph, pw, count_include_pad,
+                                 divisor_override);
         }
         for (int r = 0; r < CLPOOL_ROWS; ++r)
             if (ih0 + r >= top && ih0 + r - top < kh)

@@ -6,6 +6,10 @@
  *   -DCLPOOL_DTYPE=16|32|64   element type in memory: half (computed in float),
  *                             float or double
  *   -DCLPOOL_INDEX=32|64      index type of max pooling: int or long
+ *   -DCLPOOL_ROWS=n           rows per work-item (below)
+ *   -DCLPOOL_LARGE_PLANE      64-bit offsets inside a plane (below)
+ *   -DCLPOOL_KH=.. .. -DCLPOOL_DW=..   window sizes as constants (below)
+ *   -DCLPOOL_NO_INDICES       max_pool2d: values only (max_pool.cl)
  */
 #ifndef CLPOOL_DTYPE
 #define CLPOOL_DTYPE 32
@@ -87,20 +91,21 @@ inline window_range windows_reaching(int i0, int n, int size, int s, int p, int 
 
 /* The average pooling divisor of the window starting at (hs, ws) in padded
  * coordinates, as PyTorch computes it. */
-inline int avg_divisor(int hs, int ws, int kh, int kw, int H, int W, int ph, int pw,
-                       int count_include_pad, int divisor_override)
+inline acc_t avg_divisor(int hs, int ws, int kh, int kw, int H, int W, int ph, int pw,
+                         int count_include_pad, int divisor_override)
 {
     if (divisor_override != 0)
-        return divisor_override;
+        return (acc_t)divisor_override;
     int he = min(hs + kh, H + ph), we = min(ws + kw, W + pw);
     if (count_include_pad)
-        return (he - hs) * (we - ws);
-    return (min(he, H) - max(hs, 0)) * (min(we, W) - max(ws, 0));
+        return (acc_t)((long)(he - hs) * (we - ws));
+    return (acc_t)((long)(min(he, H) - max(hs, 0)) * (min(we, W) - max(ws, 0)));
 }
 
 /* out = the strided 4-D view (N, C, H, W) of `in` starting at element `offset`,
  * made contiguous: clpool_contiguous for data, clpool_contiguous_index for max
- * pooling indices. Every program carries both, so no extra build is needed. */
+ * pooling indices. Every program carries both, so a strided input needs no other
+ * program than its op's. */
 #define IDENTITY_LOAD(p, i) ((p)[i])
 #define IDENTITY_STORE(p, i, v) ((p)[i] = (v))
 #define CONTIGUOUS_KERNEL(name, T, load, store)                                    \

@@ -33,9 +33,11 @@ __kernel void max_pool2d_forward(__global const elem_t *restrict x,
     int ow = get_global_id(0);
     if (ow >= OW)
         return;
+    int oh0 = get_global_id(1) * CLPOOL_ROWS;
+    if (oh0 >= OH)
+        return;
     long plane = PLANE_ID();
     __global const elem_t *xp = x + plane * H * W;
-    int oh0 = get_global_id(1) * CLPOOL_ROWS;
     int hs = oh0 * sh - ph, ws = ow * sw - pw, span_h = (kh - 1) * dh + 1;
 
     acc_t best[CLPOOL_ROWS];

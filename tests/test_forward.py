@@ -546,3 +546,50 @@ def test_big_endian_numpy_input_is_read_by_value():
     swapped = x.astype(x.dtype.newbyteorder(">"))
     assert same_bits(clpool.max_pool2d(swapped, 3, 2, 1), clpool.max_pool2d(x, 3, 2, 1))
     assert same_bits(clpool.avg_pool2d(swapped, 2), clpool.avg_pool2d(x, 2))
+
+
+# ---------------------------------------------------------------- 32-bit window arithmetic
+
+
+@pytest.mark.parametrize("rows", ["1", "2", "8"])
+def test_huge_windows_and_strides_on_a_tiny_plane(monkeypatch, rows):
+    """Kernel, stride and padding near 2^31 on a 1x1 plane: PyTorch's values, no overflow
+    (the divisor, the window extent and the strides of a work-item's rows)."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional  # noqa: N806
+    monkeypatch.setenv("CLPOOL_ROWS", rows)
+    x = np.array([[[[3.0]]]], np.float32)
+    t = torch.from_numpy(x)
+    for args in [(46341, 1, 23170), (65536, 1, 32768), (1, 2**30, 0), (2, 2**31 - 1, 1)]:
+        assert_close(clpool.avg_pool2d(x, *args), F.avg_pool2d(t, *args).numpy())
+    assert same_bits(clpool.max_pool2d(x, (9, 1), 2**31 - 1, (4, 0)), x)
+    g = np.ones((1, 1, 1, 1), np.float32)
+    assert_close(clpool.avg_pool2d_backward(g, x, 2, 2**31 - 1, 1), np.full_like(x, 0.25))
+    _, idx = clpool.max_pool2d_with_indices(x, 2, 2**31 - 1, 1)
+    assert same_bits(clpool.max_pool2d_with_indices_backward(g, x, idx, 2, 2**31 - 1, 1), g)
+
+
+def test_window_arithmetic_past_32_bits_is_an_argument_error(device):
+    x = np.array([[[[3.0]]]], np.float32)
+    check_argument_error(lambda: clpool.max_pool2d_with_indices(
+        x, (2**30 + 1, 1), 1, (2**30, 0), (2, 1)), "max_pool2d_with_indices", device)
+
+
+def test_int32_indices_refuse_a_plane_they_cannot_address(device):
+    x = np.broadcast_to(np.float32(0), (1, 1, 65536, 32769))  # no memory behind it
+    check_argument_error(lambda: clpool.max_pool2d_with_indices(x, 2, index_dtype="int32"),
+                         "max_pool2d_with_indices", device)
+
+
+@pytest.mark.parametrize(("label", "call"), [
+    ("max_pool2d", lambda: clpool.max_pool2d([[1.0, 2.0], [3.0]], 2)),
+    ("max_pool2d", lambda: clpool.max_pool2d(X, 1, stride=np.array([2, 2]))),
+    ("max_pool2d", lambda: clpool.max_pool2d(X, 1, ceil_mode=np.array([1, 0]))),
+    ("avg_pool2d", lambda: clpool.avg_pool2d(X, 1, count_include_pad="yes")),
+    ("avg_pool2d", lambda: clpool.avg_pool2d(X, 1, divisor_override=(3, 5))),
+    ("max_pool2d", lambda: clpool.max_pool2d(X, 1, device=True)),
+])
+def test_odd_arguments_are_argument_errors(label, call):
+    with pytest.raises(clpool.PoolArgumentError) as info:
+        call()
+    assert str(info.value).startswith(f"{label} kernel failed (")
