@@ -157,10 +157,12 @@ class _Call:
     def specialize(self, tuned_as: str, planes: tuple[int, ...],
                    win: shapes.Window | None = None) -> None:
         """Choose the build variant: the rows per work-item tuned for kernel `tuned_as`,
-        64-bit in-plane offsets for a plane of 2^31 elements or more, and the window sizes
-        as constants for a small window (CLPOOL_SPECIALIZE=0 turns that off)."""
+        64-bit in-plane offsets and areas for a plane or window of 2^31 elements or more,
+        and the window sizes as constants for a small window (CLPOOL_SPECIALIZE=0 turns
+        that off)."""
         self.rows = rows_per_item(self.rt.device, tuned_as)
-        options = ["-DCLPOOL_LARGE_PLANE"] if max(planes) >= 2**31 else []
+        area = win.kh * win.kw if win is not None else 0
+        options = ["-DCLPOOL_LARGE_PLANE"] if max(*planes, area) >= 2**31 else []
         if (win is not None and max(win.kh, win.kw) <= SPECIALIZE_UP_TO
                 and os.environ.get("CLPOOL_SPECIALIZE", "1") != "0"):
             sizes = zip(("KH", "KW", "SH", "SW", "DH", "DW"),

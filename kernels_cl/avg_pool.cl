@@ -39,9 +39,9 @@ __kernel void avg_pool2d_forward(__global const elem_t *restrict x,
                 sum[r] += row;
     }
     for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r) {
-        acc_t div = avg_divisor(hs + r * sh, ws, kh, kw, H, W, ph, pw, count_include_pad,
+        pos_t div = avg_divisor(hs + r * sh, ws, kh, kw, H, W, ph, pw, count_include_pad,
                                 divisor_override);
-        STORE(out, (plane * OH + oh0 + r) * OW + ow, sum[r] / div);
+        STORE(out, (plane * OH + oh0 + r) * OW + ow, sum[r] / (acc_t)div);
     }
 }
 
@@ -74,8 +74,8 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
             if (oh >= rows.end || ow >= cols.end)
                 continue;
             row += LOAD(gp, (pos_t)oh * OW + ow)
-                   / avg_divisor(top, ow * sw - pw, kh, kw, H, W, ph, pw, count_include_pad,
-                                 divisor_override);
+                   / (acc_t)avg_divisor(top, ow * sw - pw, kh, kw, H, W, ph, pw,
+                                        count_include_pad, divisor_override);
         }
         for (int r = 0; r < CLPOOL_ROWS; ++r)
             if (ih0 + r >= top && ih0 + r - top < kh)

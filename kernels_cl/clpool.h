@@ -7,7 +7,7 @@
  *                             float or double
  *   -DCLPOOL_INDEX=32|64      index type of max pooling: int or long
  *   -DCLPOOL_ROWS=n           rows per work-item (below)
- *   -DCLPOOL_LARGE_PLANE      64-bit offsets inside a plane (below)
+ *   -DCLPOOL_LARGE_PLANE      64-bit offsets and areas inside a plane (below)
  *   -DCLPOOL_KH=.. .. -DCLPOOL_DW=..   window sizes as constants (below)
  *   -DCLPOOL_NO_INDICES       max_pool2d: values only (max_pool.cl)
  */
@@ -39,9 +39,9 @@ typedef int index_t;
 typedef long index_t;
 #endif
 
-/* Offsets inside one (H, W) plane: 32-bit unless the host passes
- * -DCLPOOL_LARGE_PLANE for a plane of 2^31 elements or more. Plane offsets are
- * always 64-bit, so tensors of more than 2^31 elements index correctly. */
+/* Offsets and areas inside one (H, W) plane: 32-bit unless the host passes
+ * -DCLPOOL_LARGE_PLANE for a plane or a window of 2^31 elements or more. Plane offsets
+ * are always 64-bit, so tensors of more than 2^31 elements index correctly. */
 #ifdef CLPOOL_LARGE_PLANE
 typedef long pos_t;
 #else
@@ -91,15 +91,15 @@ inline window_range windows_reaching(int i0, int n, int size, int s, int p, int 
 
 /* The average pooling divisor of the window starting at (hs, ws) in padded
  * coordinates, as PyTorch computes it. */
-inline acc_t avg_divisor(int hs, int ws, int kh, int kw, int H, int W, int ph, int pw,
+inline pos_t avg_divisor(int hs, int ws, int kh, int kw, int H, int W, int ph, int pw,
                          int count_include_pad, int divisor_override)
 {
     if (divisor_override != 0)
-        return (acc_t)divisor_override;
+        return divisor_override;
     int he = min(hs + kh, H + ph), we = min(ws + kw, W + pw);
     if (count_include_pad)
-        return (acc_t)((long)(he - hs) * (we - ws));
-    return (acc_t)((long)(min(he, H) - max(hs, 0)) * (min(we, W) - max(ws, 0)));
+        return (pos_t)(he - hs) * (we - ws);
+    return (pos_t)(min(he, H) - max(hs, 0)) * (min(we, W) - max(ws, 0));
 }
 
 /* out = the strided 4-D view (N, C, H, W) of `in` starting at element `offset`,
