@@ -34,7 +34,7 @@ bench: $(STAMP)
 	$(BIN)/clpool bench
 
 lint: $(STAMP)
-	$(BIN)/ruff check clpool tests
+	$(BIN)/ruff check clpool tests scripts
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .ruff_cache
