@@ -158,13 +158,16 @@ class _Call:
                    win: shapes.Window | None = None) -> None:
         """Choose the build variant: the rows per work-item tuned for kernel `tuned_as`,
         64-bit in-plane offsets and areas for a plane or window of 2^31 elements or more,
-        and the window sizes as constants for a small window (CLPOOL_SPECIALIZE=0 turns
-        that off)."""
+        and the window sizes as constants for a small window, or a backward one whose
+        windows overlap at most twice (CLPOOL_SPECIALIZE=0 turns that off)."""
         self.rows = rows_per_item(self.rt.device, tuned_as)
         area = win.kh * win.kw if win is not None else 0
         options = ["-DCLPOOL_LARGE_PLANE"] if max(*planes, area) >= 2**31 else []
-        if (win is not None and max(win.kh, win.kw) <= SPECIALIZE_UP_TO
-                and os.environ.get("CLPOOL_SPECIALIZE", "1") != "0"):
+        # A backward kernel loops over the windows reaching an element, not over taps, so a
+        # large window with a large stride unrolls small (2x for adaptive backward on CPU).
+        small = win is not None and (max(win.kh, win.kw) <= SPECIALIZE_UP_TO or (
+            tuned_as.endswith("backward") and max(win.kh / win.sh, win.kw / win.sw) <= 2))
+        if small and os.environ.get("CLPOOL_SPECIALIZE", "1") != "0":
             sizes = zip(("KH", "KW", "SH", "SW", "DH", "DW"),
                         (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw), strict=True)
             options += [f"-DCLPOOL_{name}={value}" for name, value in sizes]
