@@ -26,23 +26,20 @@ inline void add_compensated(acc_t *total, acc_t *c, acc_t v)
     *total = t;
 }
 
-/* Sum of xp[row + w0 .. row + w1): four partial sums so that loads overlap, folded
- * into a compensated total every 64 elements. */
+/* Sum of xp[row + w0 .. row + w1): four partial sums in one vector, so that loads overlap
+ * and a CPU compiler can use SIMD within the work-item, folded into a compensated total
+ * every 64 elements. */
 inline acc_t row_sum(__global const elem_t *xp, long row, int w0, int w1)
 {
     acc_t total = 0, c = 0;
     for (int b = w0; b < w1; b += 64) {
         int end = min(b + 64, w1), w = b;
-        acc_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        for (; w + 4 <= end; w += 4) {
-            s0 += LOAD(xp, row + w);
-            s1 += LOAD(xp, row + w + 1);
-            s2 += LOAD(xp, row + w + 2);
-            s3 += LOAD(xp, row + w + 3);
-        }
+        acc4_t s = 0;
+        for (; w + 4 <= end; w += 4)
+            s += LOAD4(xp, row + w);
         for (; w < end; ++w)
-            s0 += LOAD(xp, row + w);
-        add_compensated(&total, &c, (s0 + s1) + (s2 + s3));
+            s.x += LOAD(xp, row + w);
+        add_compensated(&total, &c, (s.x + s.y) + (s.z + s.w));
     }
     return total;
 }

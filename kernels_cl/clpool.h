@@ -18,18 +18,24 @@
 #if CLPOOL_DTYPE == 16
 typedef half elem_t;
 typedef float acc_t;
+typedef float4 acc4_t;
 #define LOAD(p, i) vload_half((i), (p))
+#define LOAD4(p, i) vload_half4(0, (p) + (i))
 #define STORE(p, i, v) vstore_half_rte((v), (i), (p))
 #elif CLPOOL_DTYPE == 64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 typedef double elem_t;
 typedef double acc_t;
+typedef double4 acc4_t;
 #define LOAD(p, i) ((p)[i])
+#define LOAD4(p, i) vload4(0, (p) + (i))
 #define STORE(p, i, v) ((p)[i] = (v))
 #else
 typedef float elem_t;
 typedef float acc_t;
+typedef float4 acc4_t;
 #define LOAD(p, i) ((p)[i])
+#define LOAD4(p, i) vload4(0, (p) + (i))
 #define STORE(p, i, v) ((p)[i] = (v))
 #endif
 
