@@ -84,9 +84,10 @@ def rows_per_item(device: cl.Device, kernel: str) -> int:
     """Rows each work-item of an elementwise kernel handles (CLPOOL_ROWS overrides)."""
     override = os.environ.get("CLPOOL_ROWS", "")
     if override.isdigit() and int(override) > 0:
-        return min(int(override), shapes.MAX_ROWS)
-    kind = "GPU" if device.type & cl.device_type.GPU else "CPU"
-    return min(ROWS[kind].get(kernel, 1), shapes.MAX_ROWS)
+        rows = int(override)
+    else:
+        rows = ROWS["GPU" if device.type & cl.device_type.GPU else "CPU"].get(kernel, 1)
+    return min(rows, shapes.MAX_ROWS)
 
 
 def _scalar_type(value: object) -> type | None:
