@@ -24,26 +24,29 @@ DTYPE_BITS = {np.dtype(np.float16): 16, np.dtype(np.float32): 32, np.dtype(np.fl
 INDEX_BITS = {np.dtype(np.int32): 32, np.dtype(np.int64): 64}
 GROUP = 256  # work-items per work-group, when the device allows it
 SPECIALIZE_UP_TO = 8  # windows up to this size are built with their sizes as constants
-# Rows each work-item handles, by device kind and kernel: the best of 1, 2, 4, 8 and 16
-# in clpool bench on the H200 and on this project's 2-core CPU (BENCHMARKS.md).
+# (rows, columns) each work-item handles, by device kind and kernel: the fastest in sweeps
+# of clpool bench on the H200 and on this project's 2-core CPU (BENCHMARKS.md).
 # "adaptive_avg_pool2d_backward" also names the average pooling backward that adaptive
-# pooling with equal cells runs. Kernels not named take one row.
-ROWS = {
+# pooling with equal cells runs. Kernels not named take (1, 1); columns apply to the
+# four windowed kernels (TILED) only.
+TILE = {
     "GPU": {
-        "max_pool2d_forward": 2,
-        "max_pool2d_backward": 8,
-        "avg_pool2d_forward": 8,
-        "avg_pool2d_backward": 4,
-        "adaptive_avg_pool2d_forward": 2,
-        "adaptive_avg_pool2d_backward": 16,
+        "max_pool2d_forward": (1, 2),
+        "max_pool2d_backward": (8, 2),
+        "avg_pool2d_forward": (2, 2),
+        "avg_pool2d_backward": (4, 2),
+        "adaptive_avg_pool2d_forward": (2, 1),
+        "adaptive_avg_pool2d_backward": (16, 2),
     },
     "CPU": {
-        "max_pool2d_backward": 4,
-        "avg_pool2d_backward": 4,
-        "adaptive_avg_pool2d_forward": 4,
-        "adaptive_avg_pool2d_backward": 8,
+        "max_pool2d_backward": (4, 1),
+        "avg_pool2d_backward": (4, 2),
+        "adaptive_avg_pool2d_forward": (4, 1),
+        "adaptive_avg_pool2d_backward": (8, 1),
     },
 }
+TILED = {"max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward",
+         "avg_pool2d_backward"}
 _launch_lock = threading.Lock()
 _typed: set[int] = set()  # kernels whose scalar argument types are set
 _recording = threading.local()
@@ -80,14 +83,17 @@ def empty_cache() -> None:
             pool.free_held()
 
 
-def rows_per_item(device: cl.Device, kernel: str) -> int:
-    """Rows each work-item of an elementwise kernel handles (CLPOOL_ROWS overrides)."""
-    override = os.environ.get("CLPOOL_ROWS", "")
-    if override.isdigit() and int(override) > 0:
-        rows = int(override)
-    else:
-        rows = ROWS["GPU" if device.type & cl.device_type.GPU else "CPU"].get(kernel, 1)
-    return min(rows, shapes.MAX_ROWS)
+def _override(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def tile(device: cl.Device, kernel: str) -> tuple[int, int]:
+    """(rows, columns) each work-item of kernel `kernel` handles; CLPOOL_ROWS and
+    CLPOOL_COLS override them."""
+    rows, cols = TILE["GPU" if device.type & cl.device_type.GPU else "CPU"].get(kernel, (1, 1))
+    rows, cols = _override("CLPOOL_ROWS") or rows, _override("CLPOOL_COLS") or cols
+    return min(rows, shapes.MAX_TILE), min(cols, shapes.MAX_TILE)
 
 
 def _scalar_type(value: object) -> type | None:
@@ -153,15 +159,15 @@ class _Call:
         self.family = family
         self.index_bits = 64
         self.options: tuple[str, ...] = ()
-        self.rows = 1
+        self.rows = self.cols = 1
 
     def specialize(self, tuned_as: str, planes: tuple[int, ...],
                    win: shapes.Window | None = None) -> None:
-        """Choose the build variant: the rows per work-item tuned for kernel `tuned_as`,
+        """Choose the build variant: the tile per work-item tuned for kernel `tuned_as`,
         64-bit in-plane offsets and areas for a plane or window of 2^31 elements or more,
         and the window sizes as constants for a small window, or a backward one whose
         windows overlap at most twice (CLPOOL_SPECIALIZE=0 turns that off)."""
-        self.rows = rows_per_item(self.rt.device, tuned_as)
+        self.rows, self.cols = tile(self.rt.device, tuned_as)
         area = win.kh * win.kw if win is not None else 0
         options = ["-DCLPOOL_LARGE_PLANE"] if max(*planes, area) >= 2**31 else []
         # A backward kernel loops over the windows reaching an element, not over taps, so a
@@ -177,16 +183,19 @@ class _Call:
     def kernel(self, name: str) -> cl.Kernel:
         options = (f"-DCLPOOL_DTYPE={DTYPE_BITS[self.dtype]}",
                    f"-DCLPOOL_INDEX={self.index_bits}", f"-DCLPOOL_ROWS={self.rows}",
+                   f"-DCLPOOL_COLS={self.cols}",
                    *self.options)
         return programs.kernels(self.rt.context, SOURCES[self.family], options)[name]
 
     def launch(self, name: str, sizes: tuple[int, ...], *args: object,
                local: tuple | None = None) -> None:
         """Enqueue kernel `name` over `sizes` (cols, rows, planes), each work-item taking
-        the call's rows, or over an explicit range with `local`."""
+        the call's tile, or over an explicit range with `local`."""
         if local is None:
-            cols, all_rows, planes = sizes
-            sizes, local = ndrange(self.rt.device, cols, -(-all_rows // self.rows), planes)
+            cols, rows, planes = sizes
+            per_item = self.cols if name in TILED else 1
+            sizes, local = ndrange(self.rt.device, -(-cols // per_item), -(-rows // self.rows),
+                                   planes)
         values = [a.data if isinstance(a, cla.Array) else a for a in args]
         kernel = self.kernel(name)
         with _launch_lock:

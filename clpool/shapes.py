@@ -93,9 +93,10 @@ def flag(value: object, name: str) -> bool:
 
 
 # Window positions are 32-bit in the kernels: the padded axis, the window's extent and
-# MAX_ROWS strides must stay below 2^31. An axis with one window never uses its stride
-# for positions, so a larger one is reported as the padded axis + 1 (the same window).
-MAX_ROWS = 64
+# MAX_TILE strides (a work-item's rows or columns) must stay below 2^31. An axis with one
+# window never uses its stride for positions, so a larger one is reported as the padded
+# axis + 1 (the same window).
+MAX_TILE = 64
 
 
 def window(hw: tuple[int, int], kernel_size: object, stride: object, padding: object,
@@ -125,7 +126,7 @@ def window(hw: tuple[int, int], kernel_size: object, stride: object, padding: ob
         raise _bad(f"output size is too small: input plane {hw} gives output {out}")
     s = tuple(min(s[a], hw[a] + 2 * p[a] + 1) if out[a] == 1 else s[a] for a in range(2))
     for a in range(2):
-        if hw[a] + 2 * p[a] + (k[a] - 1) * d[a] + MAX_ROWS * s[a] >= 2**31:
+        if hw[a] + 2 * p[a] + (k[a] - 1) * d[a] + MAX_TILE * s[a] >= 2**31:
             raise _bad(f"input plane {hw} with kernel_size {k}, stride {s}, padding {p} and "
                        f"dilation {d} is too large for 32-bit window arithmetic")
     return Window(kh=k[0], kw=k[1], sh=s[0], sw=s[1], ph=p[0], pw=p[1], dh=d[0], dw=d[1],

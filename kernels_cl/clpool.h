@@ -7,6 +7,7 @@
  *                             float or double
  *   -DCLPOOL_INDEX=32|64      index type of max pooling: int or long
  *   -DCLPOOL_ROWS=n           rows per work-item (below)
+ *   -DCLPOOL_COLS=n           columns per work-item of the windowed kernels (below)
  *   -DCLPOOL_LARGE_PLANE      64-bit offsets and areas inside a plane (below)
  *   -DCLPOOL_KH=.. .. -DCLPOOL_DW=..   window sizes as constants (below)
  *   -DCLPOOL_NO_INDICES       max_pool2d: values only (max_pool.cl)
@@ -55,10 +56,15 @@ typedef int pos_t;
 #endif
 
 /* Work-item layout of the elementwise kernels: dimension 0 walks the columns,
- * 1 the rows, CLPOOL_ROWS consecutive rows per work-item (more loads in flight and
- * less index arithmetic per element), 2 the (batch, channel) planes. */
+ * 1 the rows, 2 the (batch, channel) planes. A work-item takes CLPOOL_ROWS consecutive
+ * rows, and the windowed kernels also CLPOOL_COLS consecutive columns: more loads in
+ * flight, input shared by neighbouring windows loaded once, and less index arithmetic
+ * per element (two columns took 20-40% off most kernels on the H200, BENCHMARKS.md). */
 #ifndef CLPOOL_ROWS
 #define CLPOOL_ROWS 1
+#endif
+#ifndef CLPOOL_COLS
+#define CLPOOL_COLS 1
 #endif
 #define PLANE_ID() ((long)get_global_id(2))
 #define FOR_EACH_ROW(row, rows)                                                   \
@@ -77,6 +83,11 @@ typedef int pos_t;
 
 /* True when 0 <= i < n. */
 #define INSIDE(i, n) ((uint)(i) < (uint)(n))
+
+/* True when offset u, counted from the first window of a work-item's tile along an axis,
+ * is a tap of the tile's window k (stride s, extent span, dilation d). */
+#define TAP(u, k, s, span, d) \
+    ((u) >= (k) * (s) && (u) - (k) * (s) < (span) && ((u) - (k) * (s)) % (d) == 0)
 
 /* The windows (stride s, padding p, extent span) of an axis with `out` windows that can
  * reach input positions i0 .. i0 + n - 1 (clipped to the axis of `size`): from `first`

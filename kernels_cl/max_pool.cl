@@ -1,7 +1,8 @@
-/* Max pooling. A work-item handles one column of CLPOOL_ROWS consecutive rows: the
- * forward loads each input row of their windows once and folds it into every output
- * row it serves; the backward gathers row by row (on the H200 that beat loading each
- * candidate window once for all rows: 713 against 1,161 us on [128,64,128,128] k3 s1). */
+/* Max pooling. A work-item handles CLPOOL_ROWS x CLPOOL_COLS outputs (forward) or inputs
+ * (backward): the forward loads each input element of their windows once and folds it
+ * into every window that taps it; the backward gathers row by row (on the H200 that beat
+ * loading each candidate window once for all rows: 713 against 1,161 us on
+ * [128,64,128,128] k3 s1), each candidate window once for the work-item's columns. */
 
 /* Fold tap v at `at` into (best, best_i): NaN wins (the last NaN in window order keeps
  * its index, as in PyTorch), ties keep the first element in row-major window order,
@@ -30,52 +31,60 @@ __kernel void max_pool2d_forward(__global const elem_t *restrict x,
                                  int ph, int pw, int dh, int dw)
 {
     FIX_WINDOW();
-    int ow = get_global_id(0);
-    if (ow >= OW)
+    int ow0 = get_global_id(0) * CLPOOL_COLS;
+    if (ow0 >= OW)
         return;
     int oh0 = get_global_id(1) * CLPOOL_ROWS;
     if (oh0 >= OH)
         return;
     long plane = PLANE_ID();
     __global const elem_t *xp = x + plane * H * W;
-    int hs = oh0 * sh - ph, ws = ow * sw - pw, span_h = (kh - 1) * dh + 1;
+    int hs = oh0 * sh - ph, ws = ow0 * sw - pw;
+    int span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
 
-    acc_t best[CLPOOL_ROWS];
-    pos_t best_i[CLPOOL_ROWS];
-    for (int r = 0; r < CLPOOL_ROWS; ++r) {
-        best[r] = -INFINITY;
-        best_i[r] = -1;
-    }
+    acc_t best[CLPOOL_ROWS][CLPOOL_COLS];
+    pos_t best_i[CLPOOL_ROWS][CLPOOL_COLS];
+    for (int r = 0; r < CLPOOL_ROWS; ++r)
+        for (int c = 0; c < CLPOOL_COLS; ++c) {
+            best[r][c] = -INFINITY;
+            best_i[r][c] = -1;
+        }
+    /* Row-major over the tile's input, so each window sees its taps in its own row-major
+     * order; an element no window taps (a dilation gap) is not loaded. */
     for (int t = 0; t < (CLPOOL_ROWS - 1) * sh + span_h; ++t) {
-        int h = hs + t;
-        if (!INSIDE(h, H))
-            continue;
-        int tap[CLPOOL_ROWS]; /* is input row h a tap of output row r's window? */
+        int h = hs + t, row_tapped = 0;
         for (int r = 0; r < CLPOOL_ROWS; ++r)
-            tap[r] = t >= r * sh && t - r * sh < span_h && (t - r * sh) % dh == 0;
-        for (int j = 0; j < kw; ++j) {
-            int w = ws + j * dw;
-            if (!INSIDE(w, W))
+            row_tapped |= TAP(t, r, sh, span_h, dh);
+        if (!row_tapped || !INSIDE(h, H))
+            continue;
+        for (int u = 0; u < (CLPOOL_COLS - 1) * sw + span_w; ++u) {
+            int w = ws + u, col_tapped = 0;
+            for (int c = 0; c < CLPOOL_COLS; ++c)
+                col_tapped |= TAP(u, c, sw, span_w, dw);
+            if (!col_tapped || !INSIDE(w, W))
                 continue;
             pos_t at = (pos_t)h * W + w;
             acc_t v = LOAD(xp, at);
             for (int r = 0; r < CLPOOL_ROWS; ++r)
-                if (tap[r])
-                    FOLD_MAX(best[r], best_i[r], v, at)
+                for (int c = 0; c < CLPOOL_COLS; ++c)
+                    if (TAP(t, r, sh, span_h, dh) && TAP(u, c, sw, span_w, dw))
+                        FOLD_MAX(best[r][c], best_i[r][c], v, at)
         }
     }
-    for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r) {
-        long o = (plane * OH + oh0 + r) * OW + ow;
-        STORE(out, o, best[r]);
+    for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r)
+        for (int c = 0; c < CLPOOL_COLS && ow0 + c < OW; ++c) {
+            long o = (plane * OH + oh0 + r) * OW + ow0 + c;
+            STORE(out, o, best[r][c]);
 #ifndef CLPOOL_NO_INDICES
-        indices[o] = (index_t)best_i[r];
+            indices[o] = (index_t)best_i[r][c];
 #endif
-    }
+        }
 }
 
 /* grad_x[i] = sum of grad_out over the windows that can contain i and whose index
  * names i. An index naming no element of the plane matches nothing. Gradients are
- * loaded whether they match or not, so that the loads issue together. */
+ * loaded whether they match or not, so that the loads issue together; each candidate
+ * window is loaded once for the work-item's columns. */
 __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
                                   __global const index_t *restrict indices,
                                   __global elem_t *restrict grad_x,
@@ -84,17 +93,20 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
                                   int ph, int pw, int dh, int dw)
 {
     FIX_WINDOW();
-    int iw = get_global_id(0);
-    if (iw >= W)
+    int iw0 = get_global_id(0) * CLPOOL_COLS;
+    if (iw0 >= W)
         return;
     long plane = PLANE_ID();
     __global const elem_t *gp = grad_out + plane * OH * OW;
     __global const index_t *ip = indices + plane * OH * OW;
-    window_range cols = windows_reaching(iw, 1, W, sw, pw, (kw - 1) * dw + 1, OW);
+    int span_w = (kw - 1) * dw + 1;
+    window_range cols = windows_reaching(iw0, CLPOOL_COLS, W, sw, pw, span_w, OW);
     FOR_EACH_ROW(ih, H) {
-        pos_t self = (pos_t)ih * W + iw;
+        pos_t self = (pos_t)ih * W + iw0;
         window_range rows = windows_reaching(ih, 1, H, sh, ph, (kh - 1) * dh + 1, OH);
-        acc_t g = 0;
+        acc_t g[CLPOOL_COLS];
+        for (int c = 0; c < CLPOOL_COLS; ++c)
+            g[c] = 0;
         for (int a = 0; a < rows.count; ++a) {
             int oh = rows.first + a;
             for (int b = 0; b < cols.count; ++b) {
@@ -103,9 +115,13 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
                     continue;
                 pos_t o = (pos_t)oh * OW + ow;
                 acc_t v = LOAD(gp, o);
-                g += ip[o] == self ? v : (acc_t)0;
+                index_t at = ip[o];
+                int left = iw0 - (ow * sw - pw); /* column iw0 in window ow */
+                for (int c = 0; c < CLPOOL_COLS; ++c)
+                    g[c] += at == self + c && INSIDE(left + c, span_w) ? v : (acc_t)0;
             }
         }
-        STORE(grad_x, plane * H * W + self, g);
+        for (int c = 0; c < CLPOOL_COLS && iw0 + c < W; ++c)
+            STORE(grad_x, plane * H * W + self + c, g[c]);
     }
 }

@@ -22,10 +22,11 @@ from clpool import reference as ref
 
 @pytest.fixture(params=["specialised", "generic"])
 def variant(request, monkeypatch) -> int:
-    """Small windows built as constants with one row per work-item, and not
-    (CLPOOL_SPECIALIZE=0) with three rows per work-item (CLPOOL_ROWS=3)."""
+    """Small windows built as constants with work-items of one row and two columns, and
+    not (CLPOOL_SPECIALIZE=0) with work-items of 3 x 3 (CLPOOL_ROWS, CLPOOL_COLS)."""
     monkeypatch.setenv("CLPOOL_SPECIALIZE", "1" if request.param == "specialised" else "0")
     monkeypatch.setenv("CLPOOL_ROWS", "1" if request.param == "specialised" else "3")
+    monkeypatch.setenv("CLPOOL_COLS", "2" if request.param == "specialised" else "3")
     return 0 if request.param == "specialised" else 50
 
 
@@ -141,6 +142,21 @@ def test_in_plane_index_outside_its_window_is_ignored_like_cuda():
     want = np.zeros_like(x)
     want[0, 0, 0, 0] = 1
     assert same_bits(got, want)
+
+
+@pytest.mark.parametrize("cols", ["1", "2", "3"])
+def test_index_outside_its_window_is_ignored_by_every_column_of_a_work_item(monkeypatch,
+                                                                          cols):
+    """A work-item of several columns loads the windows that reach any of them; each
+    window's index still counts only for the columns that window contains."""
+    monkeypatch.setenv("CLPOOL_COLS", cols)
+    x = np.zeros((1, 1, 2, 7), np.float32)
+    args = ((1, 2), 1)  # windows (0,1), (1,2) ... (5,6) along each row
+    g = np.arange(1, 13, dtype=np.float32).reshape(1, 1, 2, 6)
+    idx = np.zeros(g.shape, np.int64) + np.array([[0], [7]])  # all name column 0
+    want = np.zeros_like(x)
+    want[0, 0, :, 0] = g[0, 0, :, 0]  # only window 0 of each row contains it
+    assert same_bits(_max_bw(g, x, idx, args), want)
 
 
 def test_int32_and_int64_indices_agree():

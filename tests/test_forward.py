@@ -36,11 +36,13 @@ def _ref_max(x, *args):
 
 @pytest.fixture(params=["specialised", "generic"])
 def variant(request, monkeypatch) -> int:
-    """Run with small windows built as constants (clpool's default) and one row per
-    work-item, and without constants (CLPOOL_SPECIALIZE=0) and three rows per work-item
-    (CLPOOL_ROWS=3, as on a GPU); gives a seed offset so the two see different cases."""
+    """Run with small windows built as constants (clpool's default) and work-items of one
+    row and two columns (as on a GPU), and without constants (CLPOOL_SPECIALIZE=0) and
+    work-items of 3 x 3 (CLPOOL_ROWS, CLPOOL_COLS); gives a seed offset so the two see
+    different cases. The other tests run the device's own tiles."""
     monkeypatch.setenv("CLPOOL_SPECIALIZE", "1" if request.param == "specialised" else "0")
     monkeypatch.setenv("CLPOOL_ROWS", "1" if request.param == "specialised" else "3")
+    monkeypatch.setenv("CLPOOL_COLS", "2" if request.param == "specialised" else "3")
     return 0 if request.param == "specialised" else 50
 
 
@@ -551,13 +553,14 @@ def test_big_endian_numpy_input_is_read_by_value():
 # ---------------------------------------------------------------- 32-bit window arithmetic
 
 
-@pytest.mark.parametrize("rows", ["1", "2", "8"])
-def test_huge_windows_and_strides_on_a_tiny_plane(monkeypatch, rows):
+@pytest.mark.parametrize("tile", ["1", "2", "8"])
+def test_huge_windows_and_strides_on_a_tiny_plane(monkeypatch, tile):
     """Kernel, stride and padding near 2^31 on a 1x1 plane: PyTorch's values, no overflow
-    (the divisor, the window extent and the strides of a work-item's rows)."""
+    (the divisor, the window extent and the strides of a work-item's rows and columns)."""
     torch = pytest.importorskip("torch")
     F = torch.nn.functional  # noqa: N806
-    monkeypatch.setenv("CLPOOL_ROWS", rows)
+    monkeypatch.setenv("CLPOOL_ROWS", tile)
+    monkeypatch.setenv("CLPOOL_COLS", tile)
     x = np.array([[[[3.0]]]], np.float32)
     t = torch.from_numpy(x)
     for args in [(46341, 1, 23170), (65536, 1, 32768), (1, 2**30, 0), (2, 2**31 - 1, 1)]:

@@ -105,9 +105,16 @@ def run_cases(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_every_kernel_clean_under_oclgrind(oclgrind: dict[str, str], dtype: str) -> None:
-    proc = run_cases(oclgrind, "--dtype", dtype, "--keep-buffers")
+@pytest.mark.parametrize(("dtype", "tile"), [("float32", None), ("float64", None),
+                                           ("float32", (3, 2))])
+def test_every_kernel_clean_under_oclgrind(oclgrind: dict[str, str], dtype: str,
+                                           tile: tuple[int, int] | None) -> None:
+    """Each dtype with the device's own work-item tiles, and float32 with tiles of 3 rows
+    and 2 columns (as a GPU runs them), whose edge work-items hang over the plane."""
+    env = dict(oclgrind)
+    if tile:
+        env.update(CLPOOL_ROWS=str(tile[0]), CLPOOL_COLS=str(tile[1]))
+    proc = run_cases(env, "--dtype", dtype, "--keep-buffers")
     assert proc.stdout.startswith("device: Oclgrind"), proc.stdout + proc.stderr
     found = diagnostics(proc.stderr)
     assert not found, (f"{len(found)} Oclgrind diagnostics, the first ones:\n\n"
