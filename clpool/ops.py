@@ -35,7 +35,6 @@ TILE = {
         "max_pool2d_backward": (8, 2),
         "avg_pool2d_forward": (2, 2),
         "avg_pool2d_backward": (4, 2),
-        "adaptive_avg_pool2d_forward": (2, 1),
         "adaptive_avg_pool2d_backward": (16, 2),
     },
     "CPU": {
@@ -88,10 +87,15 @@ def _override(name: str) -> int | None:
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
+def on_gpu(device: cl.Device) -> bool:
+    """Whether clpool picks kernels and tiles for a GPU on `device`."""
+    return bool(device.type & cl.device_type.GPU)
+
+
 def tile(device: cl.Device, kernel: str) -> tuple[int, int]:
     """(rows, columns) each work-item of kernel `kernel` handles; CLPOOL_ROWS and
     CLPOOL_COLS override them."""
-    rows, cols = TILE["GPU" if device.type & cl.device_type.GPU else "CPU"].get(kernel, (1, 1))
+    rows, cols = TILE["GPU" if on_gpu(device) else "CPU"].get(kernel, (1, 1))
     rows, cols = _override("CLPOOL_ROWS") or rows, _override("CLPOOL_COLS") or cols
     return min(rows, shapes.MAX_TILE), min(cols, shapes.MAX_TILE)
 
@@ -186,6 +190,13 @@ class _Call:
                    f"-DCLPOOL_COLS={self.cols}",
                    *self.options)
         return programs.kernels(self.rt.context, SOURCES[self.family], options)[name]
+
+    def group_size(self, name: str, want: int) -> int:
+        """The largest power of two work-items, at most `want` (and at least 1), that a
+        work-group of kernel `name` can have on this device."""
+        fits = self.kernel(name).get_work_group_info(
+            cl.kernel_work_group_info.WORK_GROUP_SIZE, self.rt.device)
+        return 1 << (max(1, min(want, GROUP, fits)).bit_length() - 1)
 
     def launch(self, name: str, sizes: tuple[int, ...], *args: object,
                local: tuple | None = None) -> None:
@@ -382,6 +393,15 @@ def avg_pool2d_backward(grad_output: Tensor, x: Tensor, kernel_size, stride=None
         return call.result(grad_x, call.arrays[1].ndim == 4)
 
 
+def _band_group(call: _Call, h: int, w: int, oh: int) -> int:
+    """The work-group size of adaptive_avg_pool2d_band for this plane, or 0 where that
+    kernel does not apply: only on a GPU, for W a multiple of 4 and bands of 16-64 rows."""
+    if not on_gpu(call.rt.device) or w % 4 or not 16 <= h // oh < 63:
+        return 0
+    group = call.group_size("adaptive_avg_pool2d_band", max(32, _pow2_at_least(w // 4)))
+    return group if group >= w // 4 else 0
+
+
 def adaptive_avg_pool2d(x: Tensor, output_size, *, device: object = None) -> Tensor:
     """2-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool2d."""
     with reporting("adaptive_avg_pool2d") as where:
@@ -390,15 +410,18 @@ def adaptive_avg_pool2d(x: Tensor, output_size, *, device: object = None) -> Ten
         oh, ow = shapes.adaptive_output((h, w), output_size)
         call.specialize("adaptive_avg_pool2d_forward", (h * w, oh * ow))
         out = call.empty((n, c, oh, ow))
-        if out.size and (oh, ow) == (1, 1) and call.rt.device.type & cl.device_type.GPU:
-            # A GPU needs many work-items per plane; a CPU sums a plane fastest in one.
-            kernel = call.kernel("adaptive_avg_pool2d_global")
-            fits = kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE,
-                                              call.rt.device)
-            group = 1 << (min(GROUP, fits).bit_length() - 1)  # a power of two
-            acc = np.dtype(np.float64 if call.dtype == np.float64 else np.float32)
+        acc = np.dtype(np.float64 if call.dtype == np.float64 else np.float32)
+        if out.size and (oh, ow) == (1, 1) and on_gpu(call.rt.device):
+            # A GPU needs many work-items per plane; a CPU sums a plane fastest in one. A
+            # work-item should sum 32 or more elements (H200: [64,256,56,56] 63 -> 55 us).
+            group = call.group_size("adaptive_avg_pool2d_global", h * w // 32)
             call.launch("adaptive_avg_pool2d_global", (n * c * group,), call.input(0), out,
                         np.int64(h * w), cl.LocalMemory(group * acc.itemsize), local=(group,))
+        elif out.size and (group := _band_group(call, h, w, oh)):
+            slices = group // (w // 4)
+            call.launch("adaptive_avg_pool2d_band", (oh * group, n * c), call.input(0), out,
+                        h, w, oh, ow, cl.LocalMemory(slices * w * acc.itemsize),
+                        local=(group, 1))
         elif out.size:
             call.launch("adaptive_avg_pool2d_forward", (ow, oh, n * c), call.input(0), out,
                         h, w, oh, ow)

@@ -75,6 +75,50 @@ __kernel void adaptive_avg_pool2d_forward(__global const elem_t *restrict x,
     }
 }
 
+/* The forward for a GPU when W is a multiple of 4: one work-group per (plane, output row).
+ * Work-item (q, s) of the group sums columns 4q .. 4q+3 over rows s, s + S, ... of the
+ * band of input rows (coalesced vector loads, S = group size / (W / 4)); then each cell
+ * adds its columns' sums. The host picks it for bands of 16 to 64 rows: a cell of the
+ * forward above is then one work-item's long serial sum (on the H200, 7x7 of
+ * [32,64,112,112]: 68 against 39 us), and a plain sum of up to 64 rows stays as
+ * accurate as its compensated blocks. */
+__kernel void adaptive_avg_pool2d_band(__global const elem_t *restrict x,
+                                       __global elem_t *restrict out,
+                                       int H, int W, int OH, int OW, __local acc_t *colsum)
+{
+    int oh = get_group_id(0), lid = get_local_id(0);
+    long plane = get_group_id(1);
+    __global const elem_t *xp = x + plane * H * W;
+    int quads = W / 4, slices = get_local_size(0) / quads;
+    int q = lid % quads, slice = lid / quads;
+    int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
+    if (slice < slices) {
+        acc4_t a = 0, b = 0; /* two chains, so that loads overlap */
+        int h = h0 + slice;
+        for (; h + slices < h1; h += 2 * slices) {
+            a += LOAD4(xp, (long)h * W + 4 * q);
+            b += LOAD4(xp, (long)(h + slices) * W + 4 * q);
+        }
+        if (h < h1)
+            a += LOAD4(xp, (long)h * W + 4 * q);
+        a += b;
+        __local acc_t *mine = colsum + slice * W + 4 * q;
+        mine[0] = a.x;
+        mine[1] = a.y;
+        mine[2] = a.z;
+        mine[3] = a.w;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int ow = lid; ow < OW; ow += get_local_size(0)) {
+        int w0 = cell_start(ow, W, OW), w1 = cell_end(ow, W, OW);
+        acc_t sum = 0;
+        for (int w = w0; w < w1; ++w)
+            for (int k = 0; k < slices; ++k)
+                sum += colsum[k * W + w];
+        STORE(out, (plane * OH + oh) * OW + ow, sum / (acc_t)(h1 - h0) / (acc_t)(w1 - w0));
+    }
+}
+
 /* grad_x[i] = sum over the cells containing i of grad_out / the cell's area. */
 __kernel void adaptive_avg_pool2d_backward(__global const elem_t *restrict grad_out,
                                            __global elem_t *restrict grad_x,

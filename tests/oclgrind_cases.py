@@ -20,8 +20,8 @@ kernel wrote past that size is reported as uninitialized (see RELIABILITY.md).
 Kernels covered: max_pool2d_forward (with and without indices, int32 and int64),
 max_pool2d_backward (int32 and int64 indices, including indices outside the plane),
 avg_pool2d_forward/backward, adaptive_avg_pool2d_forward/backward,
-adaptive_avg_pool2d_global (output 1x1) and clpool_contiguous (non-contiguous device
-arrays), in float32 and float64.
+adaptive_avg_pool2d_band (bands of 16 or more rows), adaptive_avg_pool2d_global (output
+1x1) and clpool_contiguous (non-contiguous device arrays), in float32 and float64.
 """
 
 from __future__ import annotations
@@ -67,11 +67,14 @@ AVG_WINDOWS = [
     ("unbatched", (2, 5, 3), (2, 1), (1, 2), (1, 0), True, True, None),
 ]
 
-# (name, shape, output_size): (1, 1) runs the global kernel
+# (name, shape, output_size): (1, 1) runs the global kernel, bands of 16 or more rows the
+# band kernel (both on a GPU only, as Oclgrind's device says it is)
 ADAPTIVE = [
     ("shrink", (1, 2, 5, 7), (3, 2)),
     ("grow", (1, 1, 3, 4), (5, 6)),
     ("keep-width", (2, 1, 4, 3), (3, None)),
+    ("band", (1, 2, 35, 12), (2, 3)),  # bands of 17-18 rows: the GPU band kernel
+    ("band-overlap", (2, 1, 16, 8), (1, 3)),
     ("global", (2, 3, 5, 4), 1),
     ("global-1x1-plane", (1, 3, 1, 1), (1, 1)),
     ("plane-1x1", (1, 2, 1, 1), (2, 3)),

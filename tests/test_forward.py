@@ -19,7 +19,7 @@ from pool_cases import (
 )
 
 import clpool
-from clpool import programs
+from clpool import ops, programs
 from clpool import reference as ref
 
 NAN, INF = np.nan, np.inf
@@ -74,6 +74,37 @@ def test_adaptive_matches_reference():
         x = data(rng, shape)
         assert_close(clpool.adaptive_avg_pool2d(x, size), ref.adaptive_avg_pool2d(x, size),
                      1e-5, (shape, size))
+
+
+def test_gpu_choices_match_reference(monkeypatch):
+    """What clpool runs on a GPU (its tiles, the band and global adaptive kernels), run on
+    the suite's device."""
+    monkeypatch.setattr(ops, "on_gpu", lambda device: True)
+    launched = []
+    launch = ops._Call.launch
+
+    def spy(self, name, *args, **kw):
+        launched.append(name)
+        return launch(self, name, *args, **kw)
+
+    monkeypatch.setattr(ops._Call, "launch", spy)
+    rng = np.random.default_rng(1250)
+    bands = [((2, 3, 35, 12), (2, 3)), ((1, 2, 64, 16), (4, 4)), ((1, 1, 130, 8), (2, 5)),
+             ((3, 40, 4), (2, 1)), ((1, 1, 16, 132), (1, 7))]
+    for shape, size in bands + [((2, 2, 48, 20), 1)] + adaptive_cases(1250, 40):
+        x = data(rng, shape)
+        assert_close(clpool.adaptive_avg_pool2d(x, size), ref.adaptive_avg_pool2d(x, size),
+                     1e-5, (shape, size))
+    assert {"adaptive_avg_pool2d_band", "adaptive_avg_pool2d_global"} <= set(launched)
+    for case in window_cases(1251, 40, family="max"):
+        x = data(rng, case.shape, special=True)
+        want, want_i = _ref_max(x, *case.max_args)
+        out, idx = clpool.max_pool2d_with_indices(x, *case.max_args)
+        assert same_bits(out, want) and same_bits(idx, want_i), case
+    for case in window_cases(1252, 40, family="avg"):
+        x = data(rng, case.shape)
+        assert_close(clpool.avg_pool2d(x, *case.avg_args), ref.avg_pool2d(x, *case.avg_args),
+                     1e-5, case)
 
 
 def test_max_matches_torch():
