@@ -67,6 +67,12 @@ typedef int pos_t;
 #define CLPOOL_COLS 1
 #endif
 #define PLANE_ID() ((long)get_global_id(2))
+/* Declares (oh0, ow0), the first output of this work-item's tile in a windowed forward
+ * kernel, and returns from the kernel when the tile lies past the output. */
+#define FORWARD_TILE(oh0, ow0, OH, OW)                                                \
+    int ow0 = get_global_id(0) * CLPOOL_COLS, oh0 = get_global_id(1) * CLPOOL_ROWS;   \
+    if (ow0 >= (OW) || oh0 >= (OH))                                                   \
+        return
 #define FOR_EACH_ROW(row, rows)                                                   \
     for (int row_k_ = 0, row = (int)get_global_id(1) * CLPOOL_ROWS;               \
          row_k_ < CLPOOL_ROWS && row < (rows); ++row_k_, ++row)

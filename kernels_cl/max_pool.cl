@@ -31,12 +31,7 @@ __kernel void max_pool2d_forward(__global const elem_t *restrict x,
                                  int ph, int pw, int dh, int dw)
 {
     FIX_WINDOW();
-    int ow0 = get_global_id(0) * CLPOOL_COLS;
-    if (ow0 >= OW)
-        return;
-    int oh0 = get_global_id(1) * CLPOOL_ROWS;
-    if (oh0 >= OH)
-        return;
+    FORWARD_TILE(oh0, ow0, OH, OW);
     long plane = PLANE_ID();
     __global const elem_t *xp = x + plane * H * W;
     int hs = oh0 * sh - ph, ws = ow0 * sw - pw;
