@@ -46,6 +46,7 @@ TILE = {
 }
 TILED = {"max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward",
          "avg_pool2d_backward"}
+TILED_FAMILIES = ("max", "avg")  # the SOURCES that hold them
 _launch_lock = threading.Lock()
 _typed: set[int] = set()  # kernels whose scalar argument types are set
 _recording = threading.local()
@@ -185,10 +186,12 @@ class _Call:
         self.options = tuple(options)
 
     def kernel(self, name: str) -> cl.Kernel:
+        # Only the max and average sources hold tiled kernels: an adaptive program built
+        # with columns would be the same program built twice.
+        cols = self.cols if self.family in TILED_FAMILIES else 1
         options = (f"-DCLPOOL_DTYPE={DTYPE_BITS[self.dtype]}",
                    f"-DCLPOOL_INDEX={self.index_bits}", f"-DCLPOOL_ROWS={self.rows}",
-                   f"-DCLPOOL_COLS={self.cols}",
-                   *self.options)
+                   f"-DCLPOOL_COLS={cols}", *self.options)
         return programs.kernels(self.rt.context, SOURCES[self.family], options)[name]
 
     def group_size(self, name: str, want: int) -> int:

@@ -95,6 +95,15 @@ typedef int pos_t;
 #define TAP(u, k, s, span, d) \
     ((u) >= (k) * (s) && (u) - (k) * (s) < (span) && ((u) - (k) * (s)) % (d) == 0)
 
+/* True when offset u is a tap of any of the tile's first n windows along that axis. */
+inline int any_tap(int u, int n, int s, int span, int d)
+{
+    int tapped = 0;
+    for (int k = 0; k < n; ++k)
+        tapped |= TAP(u, k, s, span, d);
+    return tapped;
+}
+
 /* The windows (stride s, padding p, extent span) of an axis with `out` windows that can
  * reach input positions i0 .. i0 + n - 1 (clipped to the axis of `size`): from `first`
  * up to `end`, and never more than `count` of them, a constant when the sizes are. */

@@ -47,16 +47,12 @@ __kernel void max_pool2d_forward(__global const elem_t *restrict x,
     /* Row-major over the tile's input, so each window sees its taps in its own row-major
      * order; an element no window taps (a dilation gap) is not loaded. */
     for (int t = 0; t < (CLPOOL_ROWS - 1) * sh + span_h; ++t) {
-        int h = hs + t, row_tapped = 0;
-        for (int r = 0; r < CLPOOL_ROWS; ++r)
-            row_tapped |= TAP(t, r, sh, span_h, dh);
-        if (!row_tapped || !INSIDE(h, H))
+        int h = hs + t;
+        if (!any_tap(t, CLPOOL_ROWS, sh, span_h, dh) || !INSIDE(h, H))
             continue;
         for (int u = 0; u < (CLPOOL_COLS - 1) * sw + span_w; ++u) {
-            int w = ws + u, col_tapped = 0;
-            for (int c = 0; c < CLPOOL_COLS; ++c)
-                col_tapped |= TAP(u, c, sw, span_w, dw);
-            if (!col_tapped || !INSIDE(w, W))
+            int w = ws + u;
+            if (!any_tap(u, CLPOOL_COLS, sw, span_w, dw) || !INSIDE(w, W))
                 continue;
             pos_t at = (pos_t)h * W + w;
             acc_t v = LOAD(xp, at);
