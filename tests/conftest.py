@@ -1,4 +1,5 @@
-"""Shared fixtures: the device the suite runs on, and the PoCL device for probe tests."""
+"""Shared fixtures: the device the suite runs on, the PoCL device for probe tests, and the
+two kernel build variants the random sweeps run."""
 
 from __future__ import annotations
 
@@ -50,3 +51,16 @@ def pocl_device() -> cl.Device:
         if "Portable Computing Language" in d.platform.name:
             return d
     pytest.skip("PoCL is not installed")
+
+
+@pytest.fixture(params=["specialised", "generic"])
+def variant(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Run with small windows built as constants (clpool's default) and work-items of one
+    row and two columns (as on a GPU), and without constants (CLPOOL_SPECIALIZE=0) and
+    work-items of 3 x 3 (CLPOOL_ROWS, CLPOOL_COLS); gives a seed offset so the two see
+    different cases. The other tests run the device's own tiles."""
+    specialised = request.param == "specialised"
+    monkeypatch.setenv("CLPOOL_SPECIALIZE", "1" if specialised else "0")
+    monkeypatch.setenv("CLPOOL_ROWS", "1" if specialised else "3")
+    monkeypatch.setenv("CLPOOL_COLS", "2" if specialised else "3")
+    return 0 if specialised else 50

@@ -20,16 +20,6 @@ import clpool
 from clpool import reference as ref
 
 
-@pytest.fixture(params=["specialised", "generic"])
-def variant(request, monkeypatch) -> int:
-    """Small windows built as constants with work-items of one row and two columns, and
-    not (CLPOOL_SPECIALIZE=0) with work-items of 3 x 3 (CLPOOL_ROWS, CLPOOL_COLS)."""
-    monkeypatch.setenv("CLPOOL_SPECIALIZE", "1" if request.param == "specialised" else "0")
-    monkeypatch.setenv("CLPOOL_ROWS", "1" if request.param == "specialised" else "3")
-    monkeypatch.setenv("CLPOOL_COLS", "2" if request.param == "specialised" else "3")
-    return 0 if request.param == "specialised" else 50
-
-
 def _max_bw(g, x, idx, case_args, **kw):
     return clpool.max_pool2d_with_indices_backward(g, x, idx, *case_args, **kw)
 

@@ -34,18 +34,6 @@ def _ref_max(x, *args):
 # ---------------------------------------------------------------- random sweeps
 
 
-@pytest.fixture(params=["specialised", "generic"])
-def variant(request, monkeypatch) -> int:
-    """Run with small windows built as constants (clpool's default) and work-items of one
-    row and two columns (as on a GPU), and without constants (CLPOOL_SPECIALIZE=0) and
-    work-items of 3 x 3 (CLPOOL_ROWS, CLPOOL_COLS); gives a seed offset so the two see
-    different cases. The other tests run the device's own tiles."""
-    monkeypatch.setenv("CLPOOL_SPECIALIZE", "1" if request.param == "specialised" else "0")
-    monkeypatch.setenv("CLPOOL_ROWS", "1" if request.param == "specialised" else "3")
-    monkeypatch.setenv("CLPOOL_COLS", "2" if request.param == "specialised" else "3")
-    return 0 if request.param == "specialised" else 50
-
-
 def test_max_matches_reference(variant):
     seed = 1000 + variant
     rng = np.random.default_rng(seed)
