@@ -26,15 +26,20 @@ GROUP = 256  # work-items per work-group, when the device allows it
 SPECIALIZE_UP_TO = 8  # windows up to this size are built with their sizes as constants
 # (rows, columns) each work-item handles, by device kind and kernel: the fastest in sweeps
 # of clpool bench on the H200 and on this project's 2-core CPU (BENCHMARKS.md).
-# "adaptive_avg_pool2d_backward" also names the average pooling backward that adaptive
-# pooling with equal cells runs. Kernels not named take (1, 1); columns apply to the
-# four windowed kernels (TILED) only.
+# "max_pool2d_values" is max_pool2d_forward without indices, and
+# "adaptive_avg_pool2d_backward" the average pooling backward that adaptive pooling with
+# equal cells runs. A name with " s1" is for windows of stride 1. Kernels not named take
+# (1, 1); columns apply to the four windowed kernels (TILED) only.
 TILE = {
     "GPU": {
-        "max_pool2d_forward": (1, 2),
+        "max_pool2d_forward": (2, 2),
+        "max_pool2d_values": (2, 2),
+        "max_pool2d_values s1": (4, 4),
         "max_pool2d_backward": (8, 2),
-        "avg_pool2d_forward": (2, 2),
+        "avg_pool2d_forward": (1, 2),
+        "avg_pool2d_forward s1": (4, 2),
         "avg_pool2d_backward": (4, 2),
+        "avg_pool2d_backward s1": (4, 4),
         "adaptive_avg_pool2d_backward": (16, 2),
     },
     "CPU": {
@@ -93,10 +98,12 @@ def on_gpu(device: cl.Device) -> bool:
     return bool(device.type & cl.device_type.GPU)
 
 
-def tile(device: cl.Device, kernel: str) -> tuple[int, int]:
-    """(rows, columns) each work-item of kernel `kernel` handles; CLPOOL_ROWS and
-    CLPOOL_COLS override them."""
-    rows, cols = TILE["GPU" if on_gpu(device) else "CPU"].get(kernel, (1, 1))
+def tile(device: cl.Device, kernel: str, win: shapes.Window | None = None) -> tuple[int, int]:
+    """(rows, columns) each work-item of kernel `kernel` handles (over window `win`);
+    CLPOOL_ROWS and CLPOOL_COLS override them."""
+    table = TILE["GPU" if on_gpu(device) else "CPU"]
+    stride1 = win is not None and (win.sh, win.sw) == (1, 1)
+    rows, cols = table.get(f"{kernel} s1" if stride1 else kernel) or table.get(kernel, (1, 1))
     rows, cols = _override("CLPOOL_ROWS") or rows, _override("CLPOOL_COLS") or cols
     return min(rows, shapes.MAX_TILE), min(cols, shapes.MAX_TILE)
 
@@ -167,12 +174,15 @@ class _Call:
         self.rows = self.cols = 1
 
     def specialize(self, tuned_as: str, planes: tuple[int, ...],
-                   win: shapes.Window | None = None) -> None:
+                   win: shapes.Window | None = None, width: int | None = None) -> None:
         """Choose the build variant: the tile per work-item tuned for kernel `tuned_as`,
         64-bit in-plane offsets and areas for a plane or window of 2^31 elements or more,
         and the window sizes as constants for a small window, or a backward one whose
-        windows overlap at most twice (CLPOOL_SPECIALIZE=0 turns that off)."""
-        self.rows, self.cols = tile(self.rt.device, tuned_as)
+        windows overlap at most twice (CLPOOL_SPECIALIZE=0 turns that off). A forward
+        kernel passes its input `width`: on a GPU, a small window whose tiles start at
+        multiples of four columns of a row of a multiple of four then loads rows as
+        vectors."""
+        self.rows, self.cols = tile(self.rt.device, tuned_as, win)
         area = win.kh * win.kw if win is not None else 0
         options = ["-DCLPOOL_LARGE_PLANE"] if max(*planes, area) >= 2**31 else []
         # A backward kernel loops over the windows reaching an element, not over taps, so a
@@ -183,6 +193,9 @@ class _Call:
             sizes = zip(("KH", "KW", "SH", "SW", "DH", "DW"),
                         (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw), strict=True)
             options += [f"-DCLPOOL_{name}={value}" for name, value in sizes]
+            if (width is not None and width % 4 == 0 and self.cols * win.sw % 4 == 0
+                    and on_gpu(self.rt.device)):
+                options += ["-DCLPOOL_VEC4", f"-DCLPOOL_PH={win.ph}", f"-DCLPOOL_PW={win.pw}"]
         self.options = tuple(options)
 
     def kernel(self, name: str) -> cl.Kernel:
@@ -283,7 +296,8 @@ def _max_forward(label: str, x: Tensor, kernel_size, stride, padding, dilation, 
                             family="max")
         call.index_bits = _index_bits(index_dtype)
         _check_index_range(call.index_bits, h * w)
-        call.specialize("max_pool2d_forward", (h * w, win.oh * win.ow), win)
+        call.specialize("max_pool2d_forward" if with_indices else "max_pool2d_values",
+                        (h * w, win.oh * win.ow), win, w)
         out_shape = (n, c, win.oh, win.ow)
         out = call.empty(out_shape)
         if with_indices:
@@ -366,13 +380,13 @@ def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool =
         call = _Call(where, "avg", device, x)
         n, c, h, w = shapes.split_batch(call.arrays[0].shape)
         win = _avg_window(h, w, kernel_size, stride, padding, ceil_mode)
-        include_pad = int(shapes.flag(count_include_pad, "count_include_pad"))
-        div = shapes.divisor(divisor_override)
-        call.specialize("avg_pool2d_forward", (h * w, win.oh * win.ow), win)
+        include_pad = shapes.flag(count_include_pad, "count_include_pad")
+        div = shapes.avg_divisor((h, w), win, include_pad, shapes.divisor(divisor_override))
+        call.specialize("avg_pool2d_forward", (h * w, win.oh * win.ow), win, w)
         out = call.empty((n, c, win.oh, win.ow))
         if out.size:
             call.launch("avg_pool2d_forward", (win.ow, win.oh, n * c), call.input(0), out,
-                        h, w, win.oh, win.ow, *win.avg_args(), include_pad, div)
+                        h, w, win.oh, win.ow, *win.avg_args(), int(include_pad), div)
         return call.result(out, call.arrays[0].ndim == 4)
 
 
@@ -384,15 +398,15 @@ def avg_pool2d_backward(grad_output: Tensor, x: Tensor, kernel_size, stride=None
     with reporting("avg_pool2d_backward") as where:
         call, (n, c, h, w) = _backward_call(where, "avg", device, grad_output, x)
         win = _avg_window(h, w, kernel_size, stride, padding, ceil_mode)
-        include_pad = int(shapes.flag(count_include_pad, "count_include_pad"))
-        div = shapes.divisor(divisor_override)
+        include_pad = shapes.flag(count_include_pad, "count_include_pad")
+        div = shapes.avg_divisor((h, w), win, include_pad, shapes.divisor(divisor_override))
         shapes.expect_shape("grad_output", call.arrays[0].shape,
                             call.arrays[1].shape[:-2] + (win.oh, win.ow))
         call.specialize("avg_pool2d_backward", (h * w, win.oh * win.ow), win)
         grad_x = call.empty((n, c, h, w))
         if grad_x.size:
             call.launch("avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
-                        h, w, win.oh, win.ow, *win.avg_args(), include_pad, div)
+                        h, w, win.oh, win.ow, *win.avg_args(), int(include_pad), div)
         return call.result(grad_x, call.arrays[1].ndim == 4)
 
 
@@ -448,7 +462,8 @@ def adaptive_avg_pool2d_backward(grad_output: Tensor, x: Tensor, *,
             call.family = "avg"
             call.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow), win)
             call.launch("avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
-                        h, w, oh, ow, *win.avg_args(), 1, 0)
+                        h, w, oh, ow, *win.avg_args(), 1,
+                        shapes.avg_divisor((h, w), win, True, 0))
         elif grad_x.size:
             call.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow))
             call.launch("adaptive_avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,

@@ -154,6 +154,18 @@ def divisor(value: object) -> int:
     return v
 
 
+def avg_divisor(hw: tuple[int, int], win: Window, count_include_pad: bool, override: int) -> int:
+    """The divisor the average pooling kernels take: `override` if set, else kh * kw when
+    every window divides by that (each lies inside the padded plane, and count_include_pad
+    or no padding) and it fits the kernels' int, else 0 (each window computes its own)."""
+    if override:
+        return override
+    whole = all((o - 1) * s - p + k <= size + p for o, s, p, k, size in
+                ((win.oh, win.sh, win.ph, win.kh, hw[0]), (win.ow, win.sw, win.pw, win.kw, hw[1])))
+    fixed = whole and (count_include_pad or win.ph == win.pw == 0) and win.kh * win.kw < 2**31
+    return win.kh * win.kw if fixed else 0
+
+
 def expect_shape(name: str, got: tuple[int, ...], want: tuple[int, ...]) -> None:
     """Check that a gradient or an index tensor has the forward output's shape."""
     if tuple(got) != tuple(want):

@@ -17,22 +17,22 @@ __kernel void avg_pool2d_forward(__global const elem_t *restrict x,
     int hs = oh0 * sh - ph, ws = ow0 * sw - pw;
 
     acc_t sum[CLPOOL_ROWS][CLPOOL_COLS];
-    for (int r = 0; r < CLPOOL_ROWS; ++r)
-        for (int c = 0; c < CLPOOL_COLS; ++c)
+    UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
             sum[r][c] = 0;
     /* Row-major over the tile's input: each window adds its elements in row-major order,
      * as PyTorch does. */
-    for (int t = 0; t < (CLPOOL_ROWS - 1) * sh + kh; ++t) {
+    UNROLL for (int t = 0; t < (CLPOOL_ROWS - 1) * sh + kh; ++t) {
         int h = hs + t;
         if (!INSIDE(h, H))
             continue;
-        for (int u = 0; u < (CLPOOL_COLS - 1) * sw + kw; ++u) {
-            int w = ws + u;
-            if (!INSIDE(w, W))
+        LOAD_ROW(seg, xp, h, W, ws)
+        UNROLL for (int u = 0; u < (CLPOOL_COLS - 1) * sw + kw; ++u) {
+            if (!INSIDE(ws + u, W))
                 continue;
-            acc_t v = LOAD(xp, (pos_t)h * W + w);
-            for (int r = 0; r < CLPOOL_ROWS; ++r)
-                for (int c = 0; c < CLPOOL_COLS; ++c)
+            acc_t v = ROW_VALUE(seg, xp, h, W, ws, u);
+            UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+                UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
                     if (TAP(t, r, sh, kh, 1) && TAP(u, c, sw, kw, 1))
                         sum[r][c] += v;
         }
@@ -64,30 +64,30 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
     window_range cols = windows_reaching(iw0, CLPOOL_COLS, W, sw, pw, kw, OW);
 
     acc_t g[CLPOOL_ROWS][CLPOOL_COLS];
-    for (int r = 0; r < CLPOOL_ROWS; ++r)
-        for (int c = 0; c < CLPOOL_COLS; ++c)
+    UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
             g[r][c] = 0;
-    for (int a = 0; a < rows.count; ++a) {
+    UNROLL for (int a = 0; a < rows.count; ++a) {
         int oh = rows.first + a, top = oh * sh - ph;
         if (oh >= rows.end)
             continue;
         acc_t row[CLPOOL_COLS]; /* this window row's share for each column */
-        for (int c = 0; c < CLPOOL_COLS; ++c)
+        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
             row[c] = 0;
-        for (int b = 0; b < cols.count; ++b) {
+        UNROLL for (int b = 0; b < cols.count; ++b) {
             int ow = cols.first + b, left = ow * sw - pw;
             if (ow >= cols.end)
                 continue;
             acc_t v = LOAD(gp, (pos_t)oh * OW + ow)
                       / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
                                            count_include_pad, divisor_override);
-            for (int c = 0; c < CLPOOL_COLS; ++c)
+            UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
                 if (INSIDE(iw0 + c - left, kw))
                     row[c] += v;
         }
-        for (int r = 0; r < CLPOOL_ROWS; ++r)
+        UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
             if (INSIDE(ih0 + r - top, kh))
-                for (int c = 0; c < CLPOOL_COLS; ++c)
+                UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
                     g[r][c] += row[c];
     }
     for (int r = 0; r < CLPOOL_ROWS && ih0 + r < H; ++r)

@@ -81,10 +81,46 @@ typedef int pos_t;
  * -DCLPOOL_SW=.. -DCLPOOL_DH=.. -DCLPOOL_DW=.. they become compile-time constants,
  * so the loops over the window unroll and their loads issue together. */
 #ifdef CLPOOL_KH
+#ifdef CLPOOL_VEC4
+#define FIX_PADDING() (ph = CLPOOL_PH, pw = CLPOOL_PW)
+#else
+#define FIX_PADDING() ((void)0)
+#endif
 #define FIX_WINDOW() (kh = CLPOOL_KH, kw = CLPOOL_KW, sh = CLPOOL_SH, sw = CLPOOL_SW, \
-                      dh = CLPOOL_DH, dw = CLPOOL_DW)
+                      dh = CLPOOL_DH, dw = CLPOOL_DW, FIX_PADDING())
+/* Loops over a window or a tile have constant trip counts then: unrolling them all lets
+ * NVIDIA's compiler resolve every tap test at build time (without it some tiles ran
+ * 2-6x slower on the H200, BENCHMARKS.md). */
+#define UNROLL _Pragma("unroll")
 #else
 #define FIX_WINDOW() ((void)0)
+#define UNROLL
+#endif
+
+/* Rows of a forward tile's input. A work-item reads columns ws .. ws + TILE_SPAN_W - 1 of
+ * each row it needs. With -DCLPOOL_VEC4 (window sizes and padding as constants, W % 4 == 0
+ * and CLPOOL_COLS * CLPOOL_SW % 4 == 0, so that ws % 4 is the constant VEC4_LEAD) it loads
+ * them as aligned vload4 chunks into seg[] first, each chunk wholly inside the row or
+ * wholly outside it: a quarter of the load instructions (on the H200, max k3 s1
+ * [128,64,128,128]: 552 -> 334 us). ROW_VALUE(u) is column ws + u of row h. */
+#ifdef CLPOOL_VEC4
+#define TILE_SPAN_W ((CLPOOL_COLS - 1) * CLPOOL_SW + (CLPOOL_KW - 1) * CLPOOL_DW + 1)
+#define VEC4_LEAD ((4 - CLPOOL_PW % 4) % 4)
+#define VEC4_CHUNKS ((VEC4_LEAD + TILE_SPAN_W + 3) / 4)
+#define LOAD_ROW(seg, xp, h, W, ws)                                                   \
+    acc_t seg[VEC4_CHUNKS * 4];                                                       \
+    UNROLL for (int k_ = 0; k_ < VEC4_CHUNKS; ++k_) {                                 \
+        int w_ = (ws) - VEC4_LEAD + 4 * k_;                                           \
+        acc4_t v_ = INSIDE(w_, W) ? LOAD4(xp, (pos_t)(h) * (W) + w_) : (acc4_t)0;     \
+        seg[4 * k_] = v_.x;                                                           \
+        seg[4 * k_ + 1] = v_.y;                                                       \
+        seg[4 * k_ + 2] = v_.z;                                                       \
+        seg[4 * k_ + 3] = v_.w;                                                       \
+    }
+#define ROW_VALUE(seg, xp, h, W, ws, u) (seg[VEC4_LEAD + (u)])
+#else
+#define LOAD_ROW(seg, xp, h, W, ws)
+#define ROW_VALUE(seg, xp, h, W, ws, u) LOAD(xp, (pos_t)(h) * (W) + (ws) + (u))
 #endif
 
 /* True when 0 <= i < n. */
@@ -122,7 +158,9 @@ inline window_range windows_reaching(int i0, int n, int size, int s, int p, int 
 }
 
 /* The average pooling divisor of the window starting at (hs, ws) in padded
- * coordinates, as PyTorch computes it. */
+ * coordinates, as PyTorch computes it. A non-zero divisor_override is every window's
+ * divisor: the caller's override, or kh * kw where the host found that all windows
+ * divide by that (no minimum and maximum per window). */
 inline pos_t avg_divisor(int hs, int ws, int kh, int kw, int H, int W, int ph, int pw,
                          int count_include_pad, int divisor_override)
 {

@@ -39,25 +39,26 @@ __kernel void max_pool2d_forward(__global const elem_t *restrict x,
 
     acc_t best[CLPOOL_ROWS][CLPOOL_COLS];
     pos_t best_i[CLPOOL_ROWS][CLPOOL_COLS];
-    for (int r = 0; r < CLPOOL_ROWS; ++r)
-        for (int c = 0; c < CLPOOL_COLS; ++c) {
+    UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c) {
             best[r][c] = -INFINITY;
             best_i[r][c] = -1;
         }
     /* Row-major over the tile's input, so each window sees its taps in its own row-major
      * order; an element no window taps (a dilation gap) is not loaded. */
-    for (int t = 0; t < (CLPOOL_ROWS - 1) * sh + span_h; ++t) {
+    UNROLL for (int t = 0; t < (CLPOOL_ROWS - 1) * sh + span_h; ++t) {
         int h = hs + t;
         if (!any_tap(t, CLPOOL_ROWS, sh, span_h, dh) || !INSIDE(h, H))
             continue;
-        for (int u = 0; u < (CLPOOL_COLS - 1) * sw + span_w; ++u) {
+        LOAD_ROW(seg, xp, h, W, ws)
+        UNROLL for (int u = 0; u < (CLPOOL_COLS - 1) * sw + span_w; ++u) {
             int w = ws + u;
             if (!any_tap(u, CLPOOL_COLS, sw, span_w, dw) || !INSIDE(w, W))
                 continue;
             pos_t at = (pos_t)h * W + w;
-            acc_t v = LOAD(xp, at);
-            for (int r = 0; r < CLPOOL_ROWS; ++r)
-                for (int c = 0; c < CLPOOL_COLS; ++c)
+            acc_t v = ROW_VALUE(seg, xp, h, W, ws, u);
+            UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+                UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
                     if (TAP(t, r, sh, span_h, dh) && TAP(u, c, sw, span_w, dw))
                         FOLD_MAX(best[r][c], best_i[r][c], v, at)
         }
@@ -96,11 +97,11 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
         pos_t self = (pos_t)ih * W + iw0;
         window_range rows = windows_reaching(ih, 1, H, sh, ph, (kh - 1) * dh + 1, OH);
         acc_t g[CLPOOL_COLS];
-        for (int c = 0; c < CLPOOL_COLS; ++c)
+        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
             g[c] = 0;
-        for (int a = 0; a < rows.count; ++a) {
+        UNROLL for (int a = 0; a < rows.count; ++a) {
             int oh = rows.first + a;
-            for (int b = 0; b < cols.count; ++b) {
+            UNROLL for (int b = 0; b < cols.count; ++b) {
                 int ow = cols.first + b;
                 if (oh >= rows.end || ow >= cols.end)
                     continue;
@@ -108,7 +109,7 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
                 acc_t v = LOAD(gp, o);
                 index_t at = ip[o];
                 int left = iw0 - (ow * sw - pw); /* column iw0 in window ow */
-                for (int c = 0; c < CLPOOL_COLS; ++c)
+                UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
                     g[c] += at == self + c && INSIDE(left + c, span_w) ? v : (acc_t)0;
             }
         }

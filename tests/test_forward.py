@@ -95,6 +95,42 @@ def test_gpu_choices_match_reference(monkeypatch):
                      1e-5, case)
 
 
+@pytest.mark.parametrize("rows, cols", [(1, 4), (2, 2), (3, 1)])
+def test_vector_row_loads_match_reference(monkeypatch, rows, cols):
+    """The GPU forward that loads tile rows as vload4 chunks (-DCLPOOL_VEC4): every
+    padding modulo 4, strides 1 to 4, dilation, ceil mode and -inf, NaN and ties, on rows
+    of 8 to 20 columns."""
+    monkeypatch.setattr(ops, "on_gpu", lambda device: True)
+    monkeypatch.setenv("CLPOOL_ROWS", str(rows))
+    monkeypatch.setenv("CLPOOL_COLS", str(cols))
+    options = []
+    build = programs.kernels
+
+    def spy(context, name, opts):
+        options.append(opts)
+        return build(context, name, opts)
+
+    monkeypatch.setattr(programs, "kernels", spy)
+    rng = np.random.default_rng(1260 + cols)
+    vec4 = 0
+    for w in (8, 12, 20):
+        for k, s, p, d, ceil in [(1, 4, 0, 1, False), (2, 2, 0, 1, True), (3, 1, 1, 1, False),
+                                 (3, 2, 1, 2, True), (4, 4, 2, 1, True), (5, 2, 2, 1, False),
+                                 (7, 1, 3, 1, True), (3, 4, 1, 3, False)]:
+            x = data(rng, (2, 3, 9, w), special=True)
+            args = (k, s, p, d, ceil)
+            want, want_i = _ref_max(x, *args)
+            out, idx = clpool.max_pool2d_with_indices(x, *args)
+            assert same_bits(out, want) and same_bits(idx, want_i), (w, args)
+            assert same_bits(clpool.max_pool2d(x, *args), want), (w, args)
+            if d == 1:
+                for include_pad in (True, False):
+                    a = (k, s, p, ceil, include_pad)
+                    assert_close(clpool.avg_pool2d(x, *a), ref.avg_pool2d(x, *a), 1e-5, (w, a))
+            vec4 += cols * s % 4 == 0
+    assert vec4 and any("-DCLPOOL_VEC4" in opts for opts in options)
+
+
 def test_max_matches_torch():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(1300)
