@@ -36,7 +36,7 @@ TILE = {
         "max_pool2d_values": (2, 2),
         "max_pool2d_values s1": (4, 4),
         "max_pool2d_backward": (8, 2),
-        "avg_pool2d_forward": (1, 2),
+        "avg_pool2d_forward": (2, 2),
         "avg_pool2d_forward s1": (4, 2),
         "avg_pool2d_backward": (4, 2),
         "avg_pool2d_backward s1": (4, 4),

@@ -93,15 +93,13 @@ __kernel void adaptive_avg_pool2d_band(__global const elem_t *restrict x,
     int q = lid % quads, slice = lid / quads;
     int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
     if (slice < slices) {
-        acc4_t a = 0, b = 0; /* two chains, so that loads overlap */
-        int h = h0 + slice;
-        for (; h + slices < h1; h += 2 * slices) {
+        acc4_t a = 0;
+        /* Unrolled, so that the loads of 16 rows are in flight together: a GPU issues in
+         * order, and a load-then-add loop waits for memory at every row (on the H200,
+         * 7x7 of [32,64,112,112]: 48 us with two rows in flight, 35 with 16). */
+#pragma unroll 16
+        for (int h = h0 + slice; h < h1; h += slices)
             a += LOAD4(xp, (long)h * W + 4 * q);
-            b += LOAD4(xp, (long)(h + slices) * W + 4 * q);
-        }
-        if (h < h1)
-            a += LOAD4(xp, (long)h * W + 4 * q);
-        a += b;
         __local acc_t *mine = colsum + slice * W + 4 * q;
         mine[0] = a.x;
         mine[1] = a.y;
