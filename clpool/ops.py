@@ -419,13 +419,23 @@ def _band_group(call: _Call, h: int, w: int, oh: int) -> int:
     return group if group >= w // 4 else 0
 
 
+def _equal_cells(h: int, w: int, oh: int, ow: int) -> shapes.Window | None:
+    """The window of adaptive pooling (h, w) -> (oh, ow) when its cells are equal and tile
+    the plane, else None."""
+    if not (oh and ow and h % oh == 0 and w % ow == 0):
+        return None
+    return shapes.Window(kh=h // oh, kw=w // ow, sh=h // oh, sw=w // ow, ph=0, pw=0, dh=1,
+                         dw=1, oh=oh, ow=ow)
+
+
 def adaptive_avg_pool2d(x: Tensor, output_size, *, device: object = None) -> Tensor:
     """2-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool2d."""
     with reporting("adaptive_avg_pool2d") as where:
         call = _Call(where, "adaptive", device, x)
         n, c, h, w = shapes.split_batch(call.arrays[0].shape)
         oh, ow = shapes.adaptive_output((h, w), output_size)
-        call.specialize("adaptive_avg_pool2d_forward", (h * w, oh * ow))
+        call.specialize("adaptive_avg_pool2d_forward", (h * w, oh * ow),
+                        _equal_cells(h, w, oh, ow))
         out = call.empty((n, c, oh, ow))
         acc = np.dtype(np.float64 if call.dtype == np.float64 else np.float32)
         if out.size and (oh, ow) == (1, 1) and on_gpu(call.rt.device):
@@ -455,10 +465,9 @@ def adaptive_avg_pool2d_backward(grad_output: Tensor, x: Tensor, *,
         shapes.expect_shape("grad_output", grad.shape[:-2], fwd.shape[:-2])
         oh, ow = grad.shape[-2:]
         grad_x = call.empty((n, c, h, w))
-        if grad_x.size and oh and ow and h % oh == 0 and w % ow == 0:
+        win = _equal_cells(h, w, oh, ow)
+        if grad_x.size and win is not None:
             # Equal cells that tile the plane: the average pooling backward of that window.
-            win = shapes.Window(kh=h // oh, kw=w // ow, sh=h // oh, sw=w // ow, ph=0, pw=0,
-                                dh=1, dw=1, oh=oh, ow=ow)
             call.family = "avg"
             call.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow), win)
             call.launch("avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,

@@ -19,7 +19,7 @@ from pool_cases import (
 )
 
 import clpool
-from clpool import ops, programs
+from clpool import discovery, ops, programs
 from clpool import reference as ref
 
 NAN, INF = np.nan, np.inf
@@ -62,6 +62,25 @@ def test_adaptive_matches_reference():
         x = data(rng, shape)
         assert_close(clpool.adaptive_avg_pool2d(x, size), ref.adaptive_avg_pool2d(x, size),
                      1e-5, (shape, size))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adaptive_equal_cells_match_reference(monkeypatch, device, dtype):
+    """Equal cells of up to 8 x 8 build with their size as constants (-DCLPOOL_KH/KW):
+    every cell width modulo 4, on CPU and GPU tiles."""
+    if dtype == np.float64 and not discovery.has_fp64(device):
+        pytest.skip("no float64 on this device")
+    options = []
+    build = programs.kernels
+    monkeypatch.setattr(programs, "kernels", lambda c, name, opts: (
+        options.append(opts), build(c, name, opts))[1])
+    rng = np.random.default_rng(1210)
+    for kh, kw in [(1, 1), (2, 3), (8, 8), (3, 4), (5, 7), (8, 1), (4, 6)]:
+        for oh, ow in [(2, 3), (7, 1), (3, 7)]:
+            x = data(rng, (2, 3, kh * oh, kw * ow), dtype)
+            assert_close(clpool.adaptive_avg_pool2d(x, (oh, ow)),
+                         ref.adaptive_avg_pool2d(x, (oh, ow)), 1e-5, (kh, kw, oh, ow))
+    assert any(f"-DCLPOOL_KH={kh}" in opts for opts in options)
 
 
 def test_gpu_choices_match_reference(monkeypatch):
