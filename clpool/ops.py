@@ -178,10 +178,10 @@ class _Call:
         """Choose the build variant: the tile per work-item tuned for kernel `tuned_as`,
         64-bit in-plane offsets and areas for a plane or window of 2^31 elements or more,
         and the window sizes as constants for a small window, or a backward one whose
-        windows overlap at most twice (CLPOOL_SPECIALIZE=0 turns that off). A forward
-        kernel passes its input `width`: on a GPU, a small window whose tiles start at
-        multiples of four columns of a row of a multiple of four then loads rows as
-        vectors."""
+        windows overlap at most twice (CLPOOL_SPECIALIZE=0 turns that off). On a GPU the
+        loops over such a window unroll, and a forward kernel passes its input `width`: a
+        small window whose tiles start at multiples of four columns of a row of a multiple
+        of four then loads rows as vectors."""
         self.rows, self.cols = tile(self.rt.device, tuned_as, win)
         area = win.kh * win.kw if win is not None else 0
         options = ["-DCLPOOL_LARGE_PLANE"] if max(*planes, area) >= 2**31 else []
@@ -193,9 +193,11 @@ class _Call:
             sizes = zip(("KH", "KW", "SH", "SW", "DH", "DW"),
                         (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw), strict=True)
             options += [f"-DCLPOOL_{name}={value}" for name, value in sizes]
-            if (width is not None and width % 4 == 0 and self.cols * win.sw % 4 == 0
-                    and on_gpu(self.rt.device)):
-                options += ["-DCLPOOL_VEC4", f"-DCLPOOL_PH={win.ph}", f"-DCLPOOL_PW={win.pw}"]
+            if on_gpu(self.rt.device):
+                options.append("-DCLPOOL_UNROLL")
+                if width is not None and width % 4 == 0 and self.cols * win.sw % 4 == 0:
+                    options += ["-DCLPOOL_VEC4", f"-DCLPOOL_PH={win.ph}",
+                                f"-DCLPOOL_PW={win.pw}"]
         self.options = tuple(options)
 
     def kernel(self, name: str) -> cl.Kernel:

@@ -10,6 +10,8 @@
  *   -DCLPOOL_COLS=n           columns per work-item of the windowed kernels (below)
  *   -DCLPOOL_LARGE_PLANE      64-bit offsets and areas inside a plane (below)
  *   -DCLPOOL_KH=.. .. -DCLPOOL_DW=..   window sizes as constants (below)
+ *   -DCLPOOL_UNROLL           unroll the loops over such a window (below)
+ *   -DCLPOOL_VEC4 -DCLPOOL_PH=.. -DCLPOOL_PW=..   forward rows as vload4 chunks (below)
  *   -DCLPOOL_NO_INDICES       max_pool2d: values only (max_pool.cl)
  */
 #ifndef CLPOOL_DTYPE
@@ -88,12 +90,16 @@ typedef int pos_t;
 #endif
 #define FIX_WINDOW() (kh = CLPOOL_KH, kw = CLPOOL_KW, sh = CLPOOL_SH, sw = CLPOOL_SW, \
                       dh = CLPOOL_DH, dw = CLPOOL_DW, FIX_PADDING())
-/* Loops over a window or a tile have constant trip counts then: unrolling them all lets
- * NVIDIA's compiler resolve every tap test at build time (without it some tiles ran
- * 2-6x slower on the H200, BENCHMARKS.md). */
-#define UNROLL _Pragma("unroll")
 #else
 #define FIX_WINDOW() ((void)0)
+#endif
+/* Loops over a window or a tile have constant trip counts then; with -DCLPOOL_UNROLL (the
+ * host's choice on GPUs) they all unroll, so that NVIDIA's compiler resolves every tap
+ * test at build time (without it some tiles ran 2-6x slower on the H200, BENCHMARKS.md).
+ * CPU compilers pick their own unrolling, and build much faster without the pragma. */
+#if defined(CLPOOL_KH) && defined(CLPOOL_UNROLL)
+#define UNROLL _Pragma("unroll")
+#else
 #define UNROLL
 #endif
 
