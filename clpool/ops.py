@@ -40,6 +40,7 @@ TILE = {
         "avg_pool2d_forward s1": (4, 2),
         "avg_pool2d_backward": (4, 2),
         "avg_pool2d_backward s1": (4, 4),
+        "adaptive_avg_pool2d_forward": (2, 1),
         "adaptive_avg_pool2d_backward": (16, 2),
     },
     "CPU": {
@@ -96,6 +97,13 @@ def _override(name: str) -> int | None:
 def on_gpu(device: cl.Device) -> bool:
     """Whether clpool picks kernels and tiles for a GPU on `device`."""
     return bool(device.type & cl.device_type.GPU)
+
+
+def per_plane(device: cl.Device, dtype: np.dtype, planes: int) -> bool:
+    """Whether a backward op runs one work-item per plane (a CPU, float32 or float64, and
+    two planes or more per core), rather than one per tile of its gradient."""
+    return (not on_gpu(device) and dtype != np.float16
+            and planes >= 2 * device.max_compute_units)
 
 
 def tile(device: cl.Device, kernel: str, win: shapes.Window | None = None) -> tuple[int, int]:
@@ -215,6 +223,14 @@ class _Call:
         fits = self.kernel(name).get_work_group_info(
             cl.kernel_work_group_info.WORK_GROUP_SIZE, self.rt.device)
         return 1 << (max(1, min(want, GROUP, fits)).bit_length() - 1)
+
+    def backward(self, name: str, planes: int, sizes: tuple[int, ...], *args: object) -> None:
+        """Launch backward kernel `name` over `sizes`, or its `_plane` variant over the
+        planes where per_plane() says so."""
+        if per_plane(self.rt.device, self.dtype, planes):
+            self.launch(f"{name}_plane", (planes,), *args, local=(1,))
+        else:
+            self.launch(name, sizes, *args)
 
     def launch(self, name: str, sizes: tuple[int, ...], *args: object,
                local: tuple | None = None) -> None:
@@ -365,8 +381,8 @@ def max_pool2d_with_indices_backward(grad_output: Tensor, x: Tensor, indices: Te
         call.specialize("max_pool2d_backward", (h * w, win.oh * win.ow), win)
         grad_x = call.empty((n, c, h, w))
         if grad_x.size:
-            call.launch("max_pool2d_backward", (w, h, n * c), call.input(0),
-                        call.input(2), grad_x, h, w, win.oh, win.ow, *win.args())
+            call.backward("max_pool2d_backward", n * c, (w, h, n * c), call.input(0),
+                          call.input(2), grad_x, h, w, win.oh, win.ow, *win.args())
         return call.result(grad_x, call.arrays[1].ndim == 4)
 
 
@@ -407,8 +423,8 @@ def avg_pool2d_backward(grad_output: Tensor, x: Tensor, kernel_size, stride=None
         call.specialize("avg_pool2d_backward", (h * w, win.oh * win.ow), win)
         grad_x = call.empty((n, c, h, w))
         if grad_x.size:
-            call.launch("avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
-                        h, w, win.oh, win.ow, *win.avg_args(), int(include_pad), div)
+            call.backward("avg_pool2d_backward", n * c, (w, h, n * c), call.input(0), grad_x,
+                          h, w, win.oh, win.ow, *win.avg_args(), int(include_pad), div)
         return call.result(grad_x, call.arrays[1].ndim == 4)
 
 
@@ -472,9 +488,9 @@ def adaptive_avg_pool2d_backward(grad_output: Tensor, x: Tensor, *,
             # Equal cells that tile the plane: the average pooling backward of that window.
             call.family = "avg"
             call.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow), win)
-            call.launch("avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
-                        h, w, oh, ow, *win.avg_args(), 1,
-                        shapes.avg_divisor((h, w), win, True, 0))
+            call.backward("avg_pool2d_backward", n * c, (w, h, n * c), call.input(0), grad_x,
+                          h, w, oh, ow, *win.avg_args(), 1,
+                          shapes.avg_divisor((h, w), win, True, 0))
         elif grad_x.size:
             call.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow))
             call.launch("adaptive_avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,

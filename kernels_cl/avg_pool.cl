@@ -94,3 +94,33 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
         for (int c = 0; c < CLPOOL_COLS && iw0 + c < W; ++c)
             STORE(grad_x, plane * H * W + (pos_t)(ih0 + r) * W + iw0 + c, g[r][c]);
 }
+
+/* The backward for a CPU: one work-item per plane clears it, then adds each window's
+ * share to its elements, in output order (PyTorch's CPU algorithm and summation order;
+ * the gather above adds a window row's shares first). */
+__kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out,
+                                        __global elem_t *restrict grad_x,
+                                        int H, int W, int OH, int OW,
+                                        int kh, int kw, int sh, int sw, int ph, int pw,
+                                        int count_include_pad, int divisor_override)
+{
+    int dh = 1, dw = 1;
+    FIX_WINDOW();
+    long plane = get_global_id(0);
+    __global const elem_t *gp = grad_out + plane * OH * OW;
+    __global elem_t *xp = grad_x + plane * H * W;
+    for (pos_t i = 0; i < (pos_t)H * W; ++i)
+        STORE(xp, i, (acc_t)0);
+    for (int oh = 0; oh < OH; ++oh) {
+        int top = oh * sh - ph, h0 = max(top, 0), h1 = min(top + kh, H);
+        for (int ow = 0; ow < OW; ++ow) {
+            int left = ow * sw - pw, w0 = max(left, 0), w1 = min(left + kw, W);
+            acc_t v = LOAD(gp, (pos_t)oh * OW + ow)
+                      / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
+                                           count_include_pad, divisor_override);
+            for (int h = h0; h < h1; ++h)
+                for (int w = w0; w < w1; ++w)
+                    STORE(xp, (pos_t)h * W + w, LOAD(xp, (pos_t)h * W + w) + v);
+        }
+    }
+}

@@ -117,3 +117,34 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
             STORE(grad_x, plane * H * W + self + c, g[c]);
     }
 }
+
+/* The backward for a CPU: one work-item per plane clears it, then adds each gradient at
+ * the element its index names, in output order, skipping an index outside its window or
+ * the plane. That is the gather above (the same sums in the same order) as plain loops,
+ * PyTorch's CPU algorithm: a CPU gathering pays a vector gather per candidate window
+ * (BENCHMARKS.md). */
+__kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out,
+                                        __global const index_t *restrict indices,
+                                        __global elem_t *restrict grad_x,
+                                        int H, int W, int OH, int OW,
+                                        int kh, int kw, int sh, int sw,
+                                        int ph, int pw, int dh, int dw)
+{
+    FIX_WINDOW();
+    long plane = get_global_id(0);
+    __global const elem_t *gp = grad_out + plane * OH * OW;
+    __global const index_t *ip = indices + plane * OH * OW;
+    __global elem_t *xp = grad_x + plane * H * W;
+    int span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
+    for (pos_t i = 0; i < (pos_t)H * W; ++i)
+        STORE(xp, i, (acc_t)0);
+    for (int oh = 0; oh < OH; ++oh)
+        for (int ow = 0; ow < OW; ++ow) {
+            pos_t o = (pos_t)oh * OW + ow;
+            index_t at = ip[o];
+            if (at < 0 || at >= (index_t)H * W)
+                continue;
+            if (INSIDE(at / W - (oh * sh - ph), span_h) && INSIDE(at % W - (ow * sw - pw), span_w))
+                STORE(xp, at, LOAD(xp, at) + LOAD(gp, o));
+        }
+}

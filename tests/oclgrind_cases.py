@@ -21,7 +21,8 @@ Kernels covered: max_pool2d_forward (with and without indices, int32 and int64),
 max_pool2d_backward (int32 and int64 indices, including indices outside the plane),
 avg_pool2d_forward/backward, adaptive_avg_pool2d_forward/backward,
 adaptive_avg_pool2d_band (bands of 16 or more rows), adaptive_avg_pool2d_global (output
-1x1) and clpool_contiguous (non-contiguous device arrays), in float32 and float64.
+1x1), max_pool2d_backward_plane and avg_pool2d_backward_plane (the backward cases again)
+and clpool_contiguous (non-contiguous device arrays), in float32 and float64.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import pyopencl._cl as _cl
 import pyopencl.array as cla
 
 import clpool
-from clpool import discovery
+from clpool import discovery, ops
 from clpool import reference as ref
 
 Case = tuple[str, Callable[[np.dtype], list[tuple[str, object, object]]]]
@@ -203,6 +204,27 @@ def strided_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
                        g, h, i, 2, 1, 1, ceil_mode=True))
 
 
+def _per_plane(run: Callable[[], object]) -> Callable[[], object]:
+    """`run` with the backward kernels of one plane per work-item, as on a CPU."""
+    def wrapped():
+        saved = ops.per_plane
+        ops.per_plane = lambda device, dtype, planes: True
+        try:
+            return run()
+        finally:
+            ops.per_plane = saved
+    return wrapped
+
+
+def plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    """The max and average backward cases again, through max_pool2d_backward_plane and
+    avg_pool2d_backward_plane (a CPU's kernels; Oclgrind's device is a GPU)."""
+    for family in (max_cases, avg_cases):
+        for name, run, want in family(dtype):
+            if "backward" in name:
+                yield f"plane/{name}", _per_plane(run), want
+
+
 def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None:
     """None when `got` matches the float64 reference `want`, else a description."""
     if isinstance(want, tuple):
@@ -236,7 +258,7 @@ def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None
     return None
 
 
-FAMILIES = (max_cases, avg_cases, adaptive_cases, strided_cases)
+FAMILIES = (max_cases, avg_cases, adaptive_cases, strided_cases, plane_cases)
 
 _launched: set[str] = set()
 _kept: list[cl.Buffer] = []

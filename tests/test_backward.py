@@ -17,7 +17,31 @@ from pool_cases import (
 )
 
 import clpool
+from clpool import ops
 from clpool import reference as ref
+
+
+@pytest.fixture(params=["gather", "plane"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """Run through the backward kernels that gather for each gradient element (GPU) and
+    through those that run a plane per work-item (CPU, float32 and float64), and check
+    that the chosen ones launched."""
+    plane = request.param == "plane"
+    monkeypatch.setattr(ops, "per_plane", lambda device, dtype, planes: (
+        plane and dtype != np.float16))
+    launched = []
+    launch = ops._Call.launch
+
+    def spy(self, name, *args, **kw):
+        launched.append((name, self.dtype))
+        return launch(self, name, *args, **kw)
+
+    monkeypatch.setattr(ops._Call, "launch", spy)
+    yield request.param
+    windowed = [(n, t) for n, t in launched if n.startswith(("max_pool2d_b", "avg_pool2d_b"))]
+    assert windowed
+    for name, dtype in windowed:
+        assert name.endswith("_plane") == (plane and dtype != np.float16), name
 
 
 def _max_bw(g, x, idx, case_args, **kw):
@@ -27,7 +51,7 @@ def _max_bw(g, x, idx, case_args, **kw):
 # ---------------------------------------------------------------- random sweeps
 
 
-def test_max_backward_matches_reference(variant):
+def test_max_backward_matches_reference(variant, path):
     seed = 2000 + variant
     rng = np.random.default_rng(seed)
     for case in window_cases(seed, 80, family="max"):
@@ -40,7 +64,7 @@ def test_max_backward_matches_reference(variant):
                      1e-5, case)
 
 
-def test_avg_backward_matches_reference(variant):
+def test_avg_backward_matches_reference(variant, path):
     seed = 2100 + variant
     rng = np.random.default_rng(seed)
     for case in window_cases(seed, 80, family="avg"):
@@ -50,7 +74,7 @@ def test_avg_backward_matches_reference(variant):
         assert_close(got, ref.avg_pool2d_backward(g, x, *case.avg_args), 1e-5, case)
 
 
-def test_adaptive_backward_matches_reference():
+def test_adaptive_backward_matches_reference(path):
     rng = np.random.default_rng(2200)
     for shape, size in adaptive_cases(2200, 120):
         x = data(rng, shape)
@@ -59,7 +83,7 @@ def test_adaptive_backward_matches_reference():
                      ref.adaptive_avg_pool2d_backward(g, x), 1e-5, (shape, size))
 
 
-def test_backward_matches_torch_autograd():
+def test_backward_matches_torch_autograd(path):
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
     rng = np.random.default_rng(2300)
@@ -79,8 +103,10 @@ def test_backward_matches_torch_autograd():
         out = F.avg_pool2d(xt, *case.avg_args)
         g = data(rng, tuple(out.shape))
         out.backward(torch.from_numpy(g))
-        assert_close(clpool.avg_pool2d_backward(g, x, *case.avg_args), xt.grad.numpy(), 1e-5,
-                     case)
+        got = clpool.avg_pool2d_backward(g, x, *case.avg_args)
+        assert_close(got, xt.grad.numpy(), 1e-5, case)
+        # per plane: PyTorch's CPU additions in its order, so bit-identical
+        assert path == "gather" or same_bits(got, xt.grad.numpy()), case
     for shape, size in adaptive_cases(2302, 60):
         x = data(rng, shape)
         xt = torch.from_numpy(x).requires_grad_()
@@ -95,7 +121,7 @@ def test_backward_matches_torch_autograd():
 
 
 @pytest.mark.parametrize("index_dtype", ["int64", "int32"])
-def test_out_of_range_indices_are_ignored(index_dtype):
+def test_out_of_range_indices_are_ignored(index_dtype, path):
     rng = np.random.default_rng(2400)
     x = data(rng, (2, 3, 7, 6))
     args = (3, 1, 1, 1, False)
@@ -120,7 +146,7 @@ def test_empty_windows_give_no_gradient():
     assert (_max_bw(np.ones(idx.shape, np.float32), x, idx, args) == 0).all()
 
 
-def test_in_plane_index_outside_its_window_is_ignored_like_cuda():
+def test_in_plane_index_outside_its_window_is_ignored_like_cuda(path):
     """clpool gathers, as PyTorch's CUDA kernel does: an index counts only for the windows
     that contain the element it names. ATen's CPU kernel scatters and would add the
     gradient of every window to element 0 here (4); clpool gives the one window that
@@ -132,6 +158,15 @@ def test_in_plane_index_outside_its_window_is_ignored_like_cuda():
     want = np.zeros_like(x)
     want[0, 0, 0, 0] = 1
     assert same_bits(got, want)
+
+
+def test_index_just_outside_its_window_is_ignored(path):
+    """Windows of 2 x 2 on a 5 x 5 plane, each naming the element one row below, one
+    column to the right, or one row above it: no gradient anywhere."""
+    x = np.zeros((1, 1, 5, 5), np.float32)
+    g = np.ones((1, 1, 2, 2), np.float32)
+    idx = np.array([[[[10, 4], [20, 7]]]], np.int64)  # (2,0) (0,4) (4,0) (1,2)
+    assert same_bits(_max_bw(g, x, idx, (2,)), np.zeros_like(x))
 
 
 @pytest.mark.parametrize("cols", ["1", "2", "3"])
@@ -206,7 +241,7 @@ def test_empty_batch_and_unbatched():
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float16])
-def test_float64_and_float16(device, dtype):
+def test_float64_and_float16(device, dtype, path):
     if dtype == np.float16 and not clpool.discovery.has_fp16(device):
         pytest.skip("the suite's device has no native fp16")
     tol = 1e-12 if dtype == np.float64 else 1e-3
