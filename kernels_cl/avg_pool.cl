@@ -109,7 +109,10 @@ __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out
     long plane = get_global_id(0);
     __global const elem_t *gp = grad_out + plane * OH * OW;
     __global elem_t *xp = grad_x + plane * H * W;
-    for (pos_t i = 0; i < (pos_t)H * W; ++i)
+    /* Windows that tile the plane cover each element once: no clearing pass, and 0 + v
+     * (not v, which may be -0) stored at once. */
+    int tiled = kh == sh && kw == sw && ph == 0 && pw == 0 && OH * kh == H && OW * kw == W;
+    for (pos_t i = 0; i < (pos_t)H * W && !tiled; ++i)
         STORE(xp, i, (acc_t)0);
     for (int oh = 0; oh < OH; ++oh) {
         int top = oh * sh - ph, h0 = max(top, 0), h1 = min(top + kh, H);
@@ -120,7 +123,8 @@ __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out
                                            count_include_pad, divisor_override);
             for (int h = h0; h < h1; ++h)
                 for (int w = w0; w < w1; ++w)
-                    STORE(xp, (pos_t)h * W + w, LOAD(xp, (pos_t)h * W + w) + v);
+                    STORE(xp, (pos_t)h * W + w,
+                          (tiled ? (acc_t)0 : LOAD(xp, (pos_t)h * W + w)) + v);
         }
     }
 }
