@@ -53,6 +53,9 @@ MAX_WINDOWS = [
     ("plane-1x1", (2, 3, 1, 1), 1, 1, 0, 1, False),
     ("batch-0", (0, 2, 4, 4), 2, 2, 0, 1, False),
     ("unbatched", (2, 5, 3), (2, 1), (1, 2), 0, 1, True),
+    # rows of a multiple of 4: the GPU forward reads tile rows as vload4 chunks
+    ("vec4-pad", (1, 2, 5, 8), 3, 2, 1, 1, False),
+    ("vec4-stride1", (1, 1, 6, 8), 3, 1, 1, 1, True),
 ]
 
 # (name, shape, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
@@ -66,6 +69,8 @@ AVG_WINDOWS = [
     ("plane-1x1", (2, 3, 1, 1), 1, 1, 0, False, True, None),
     ("batch-0", (0, 2, 4, 4), 2, 2, 0, False, True, None),
     ("unbatched", (2, 5, 3), (2, 1), (1, 2), (1, 0), True, True, None),
+    ("vec4-pad", (1, 2, 5, 8), 3, 2, 1, False, True, None),
+    ("vec4-stride1", (1, 1, 6, 8), 3, 1, 1, True, False, None),
 ]
 
 # (name, shape, output_size): (1, 1) runs the global kernel, bands of 16 or more rows the
@@ -82,6 +87,7 @@ ADAPTIVE = [
     ("batch-0", (0, 2, 4, 4), (2, 2)),
     ("global-batch-0", (0, 2, 4, 4), 1),
     ("unbatched", (2, 5, 3), (2, 2)),
+    ("equal-cells", (1, 2, 6, 8), (2, 2)),  # cells of 3x4 built as constants
 ]
 
 
