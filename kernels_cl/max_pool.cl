@@ -144,7 +144,12 @@ __kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out
             index_t at = ip[o];
             if (at < 0 || at >= (index_t)H * W)
                 continue;
-            if (INSIDE(at / W - (oh * sh - ph), span_h) && INSIDE(at % W - (ow * sw - pw), span_w))
-                STORE(xp, at, LOAD(xp, at) + LOAD(gp, o));
+            /* a names an element of the plane, so pos_t holds it: a 32-bit division
+             * unless the plane is larger (64-bit: max bwd k3 s2 2.5 ms against 1.5 on
+             * this project's CPU) */
+            pos_t a = (pos_t)at, ih = a / W;
+            if (INSIDE(ih - (oh * sh - ph), span_h)
+                && INSIDE(a - ih * W - (ow * sw - pw), span_w))
+                STORE(xp, a, LOAD(xp, a) + LOAD(gp, o));
         }
 }
