@@ -198,3 +198,26 @@ def test_adaptive_forward_and_backward_match_torch():
         want.backward(_t(g))
         assert_close(ref.adaptive_avg_pool2d_backward(g, x), xt.grad.numpy(), 1e-12,
                      (shape, size))
+
+
+def test_fixed_avg_divisor_is_every_windows_divisor():
+    """shapes.avg_divisor, the divisor the host passes once for all windows, against the
+    reference's divisor of each window: when it is not 0, every window has it."""
+    from clpool import shapes
+
+    fixed = 0
+    for case in window_cases(3300, 300, family="avg"):
+        k, s, p, ceil, include_pad, override = case.avg_args
+        h, w = case.shape[-2:]
+        win = shapes.window((h, w), k, s, p, 1, ceil, family="avg")
+        got = shapes.avg_divisor((h, w), win, include_pad, shapes.divisor(override))
+        _, _, cells = ref._avg_windows(case.shape, k, s, p, ceil, include_pad, override)
+        if got:  # 0 is always allowed: each window then computes its own
+            fixed += 1
+            assert all(div == got for *_, div in cells), case
+    assert fixed > 50
+    win = shapes.window((112, 112), 3, 2, 1, 1, False, family="avg")
+    assert shapes.avg_divisor((112, 112), win, True, 0) == 9
+    assert shapes.avg_divisor((112, 112), win, False, 0) == 0  # edge windows count fewer
+    win = shapes.window((5, 5), 2, 2, 0, 1, True, family="avg")  # the last window overhangs
+    assert shapes.avg_divisor((5, 5), win, True, 0) == 0
