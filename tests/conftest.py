@@ -1,14 +1,16 @@
-"""Shared fixtures: the device the suite runs on, the PoCL device for probe tests, and the
-two kernel build variants the random sweeps run."""
+"""Shared fixtures: the device the suite runs on, the PoCL device for probe tests, the two
+kernel build variants the random sweeps run, and records of what clpool launches and
+builds."""
 
 from __future__ import annotations
 
 import os
 
+import numpy as np
 import pyopencl as cl
 import pytest
 
-from clpool import discovery
+from clpool import discovery, ops, programs
 
 
 def _suite_device() -> cl.Device:
@@ -64,3 +66,31 @@ def variant(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("CLPOOL_ROWS", "1" if specialised else "3")
     monkeypatch.setenv("CLPOOL_COLS", "2" if specialised else "3")
     return 0 if specialised else 50
+
+
+@pytest.fixture
+def launched(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, np.dtype]]:
+    """(kernel name, dtype) of every kernel clpool launches during the test, in order."""
+    record: list[tuple[str, np.dtype]] = []
+    launch = ops._Call.launch
+
+    def spy(self, name, *args, **kw):
+        record.append((name, self.dtype))
+        return launch(self, name, *args, **kw)
+
+    monkeypatch.setattr(ops._Call, "launch", spy)
+    return record
+
+
+@pytest.fixture
+def build_options(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """The build options of every program clpool asks for during the test."""
+    record: list[tuple[str, ...]] = []
+    kernels = programs.kernels
+
+    def spy(context, name, options):
+        record.append(options)
+        return kernels(context, name, options)
+
+    monkeypatch.setattr(programs, "kernels", spy)
+    return record

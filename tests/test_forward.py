@@ -65,36 +65,24 @@ def test_adaptive_matches_reference():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_adaptive_equal_cells_match_reference(monkeypatch, device, dtype):
+def test_adaptive_equal_cells_match_reference(device, build_options, dtype):
     """Equal cells of up to 8 x 8 build with their size as constants (-DCLPOOL_KH/KW):
     every cell width modulo 4, on CPU and GPU tiles."""
     if dtype == np.float64 and not discovery.has_fp64(device):
         pytest.skip("no float64 on this device")
-    options = []
-    build = programs.kernels
-    monkeypatch.setattr(programs, "kernels", lambda c, name, opts: (
-        options.append(opts), build(c, name, opts))[1])
     rng = np.random.default_rng(1210)
     for kh, kw in [(1, 1), (2, 3), (8, 8), (3, 4), (5, 7), (8, 1), (4, 6)]:
         for oh, ow in [(2, 3), (7, 1), (3, 7)]:
             x = data(rng, (2, 3, kh * oh, kw * ow), dtype)
             assert_close(clpool.adaptive_avg_pool2d(x, (oh, ow)),
                          ref.adaptive_avg_pool2d(x, (oh, ow)), 1e-5, (kh, kw, oh, ow))
-    assert any(f"-DCLPOOL_KH={kh}" in opts for opts in options)
+    assert any(f"-DCLPOOL_KH={kh}" in opts for opts in build_options)
 
 
-def test_gpu_choices_match_reference(monkeypatch):
+def test_gpu_choices_match_reference(monkeypatch, launched):
     """What clpool runs on a GPU (its tiles, the band and global adaptive kernels), run on
     the suite's device."""
     monkeypatch.setattr(ops, "on_gpu", lambda device: True)
-    launched = []
-    launch = ops._Call.launch
-
-    def spy(self, name, *args, **kw):
-        launched.append(name)
-        return launch(self, name, *args, **kw)
-
-    monkeypatch.setattr(ops._Call, "launch", spy)
     rng = np.random.default_rng(1250)
     bands = [((2, 3, 35, 12), (2, 3)), ((1, 2, 64, 16), (4, 4)), ((1, 1, 130, 8), (2, 5)),
              ((3, 40, 4), (2, 1)), ((1, 1, 16, 132), (1, 7))]
@@ -102,7 +90,7 @@ def test_gpu_choices_match_reference(monkeypatch):
         x = data(rng, shape)
         assert_close(clpool.adaptive_avg_pool2d(x, size), ref.adaptive_avg_pool2d(x, size),
                      1e-5, (shape, size))
-    assert {"adaptive_avg_pool2d_band", "adaptive_avg_pool2d_global"} <= set(launched)
+    assert {"adaptive_avg_pool2d_band", "adaptive_avg_pool2d_global"} <= {n for n, _ in launched}
     for case in window_cases(1251, 40, family="max"):
         x = data(rng, case.shape, special=True)
         want, want_i = _ref_max(x, *case.max_args)
@@ -115,21 +103,13 @@ def test_gpu_choices_match_reference(monkeypatch):
 
 
 @pytest.mark.parametrize("rows, cols", [(1, 4), (2, 2), (3, 1)])
-def test_vector_row_loads_match_reference(monkeypatch, rows, cols):
+def test_vector_row_loads_match_reference(monkeypatch, build_options, rows, cols):
     """The GPU forward that loads tile rows as vload4 chunks (-DCLPOOL_VEC4): every
     padding modulo 4, strides 1 to 4, dilation, ceil mode and -inf, NaN and ties, on rows
     of 8 to 20 columns."""
     monkeypatch.setattr(ops, "on_gpu", lambda device: True)
     monkeypatch.setenv("CLPOOL_ROWS", str(rows))
     monkeypatch.setenv("CLPOOL_COLS", str(cols))
-    options = []
-    build = programs.kernels
-
-    def spy(context, name, opts):
-        options.append(opts)
-        return build(context, name, opts)
-
-    monkeypatch.setattr(programs, "kernels", spy)
     rng = np.random.default_rng(1260 + cols)
     vec4 = 0
     for w in (8, 12, 20):
@@ -147,7 +127,7 @@ def test_vector_row_loads_match_reference(monkeypatch, rows, cols):
                     a = (k, s, p, ceil, include_pad)
                     assert_close(clpool.avg_pool2d(x, *a), ref.avg_pool2d(x, *a), 1e-5, (w, a))
             vec4 += cols * s % 4 == 0
-    assert vec4 and any("-DCLPOOL_VEC4" in opts for opts in options)
+    assert vec4 and any("-DCLPOOL_VEC4" in opts for opts in build_options)
 
 
 def test_max_matches_torch():
@@ -371,46 +351,31 @@ def test_index_dtypes(index_dtype):
     assert clpool.max_pool2d_with_indices(x, 2)[1].dtype == np.int64  # the default
 
 
-def test_float64():
-    rng = np.random.default_rng(9)
-    for case in window_cases(9, 20, family="max"):
-        x = data(rng, case.shape, np.float64, special=True)
-        out, idx = clpool.max_pool2d_with_indices(x, *case.max_args)
-        want, want_i = _ref_max(x, *case.max_args)
-        assert same_bits(out, want) and same_bits(idx, want_i), case
-    for case in window_cases(10, 20, family="avg"):
-        x = data(rng, case.shape, np.float64)
-        out = clpool.avg_pool2d(x, *case.avg_args)
-        assert out.dtype == np.float64
-        assert_close(out, ref.avg_pool2d(x, *case.avg_args), 1e-12, case)
-    x = data(rng, (2, 3, 11, 7), np.float64)
-    for size in [(3, 4), 1, (13, None)]:
-        assert_close(clpool.adaptive_avg_pool2d(x, size), ref.adaptive_avg_pool2d(x, size),
-                     1e-12, size)
-
-
-def test_float16(device):
-    if not clpool.discovery.has_fp16(device):
+@pytest.mark.parametrize(("dtype", "seed", "tol"), [(np.float64, 9, 1e-12),
+                                                    (np.float16, 11, 1e-3)])
+def test_float64_and_float16(device, dtype, seed, tol):
+    if dtype == np.float16 and not clpool.discovery.has_fp16(device):
         pytest.skip("the suite's device has no native fp16")
-    rng = np.random.default_rng(11)
-    for case in window_cases(11, 20, family="max"):
-        x = data(rng, case.shape, np.float16, special=True)
+    rng = np.random.default_rng(seed)
+    for case in window_cases(seed, 20, family="max"):
+        x = data(rng, case.shape, dtype, special=True)
         out, idx = clpool.max_pool2d_with_indices(x, *case.max_args)
         want, want_i = _ref_max(x, *case.max_args)
         assert same_bits(out, want) and same_bits(idx, want_i), case
-    for case in window_cases(12, 20, family="avg"):
-        x = data(rng, case.shape, np.float16)
+    for case in window_cases(seed + 1, 20, family="avg"):
+        x = data(rng, case.shape, dtype)
         out = clpool.avg_pool2d(x, *case.avg_args)
-        assert out.dtype == np.float16
-        assert_close(out, ref.avg_pool2d(x, *case.avg_args), 1e-3, case)
-    x = data(rng, (2, 3, 11, 7), np.float16)
+        assert out.dtype == dtype
+        assert_close(out, ref.avg_pool2d(x, *case.avg_args), tol, case)
+    x = data(rng, (2, 3, 11, 7), dtype)
     for size in [(3, 4), 1, (13, None)]:
         assert_close(clpool.adaptive_avg_pool2d(x, size), ref.adaptive_avg_pool2d(x, size),
-                     1e-3, size)
-    # averages are computed in float32: a sum past the float16 range does not saturate
-    big = np.full((1, 1, 4, 4), 60000, np.float16)
-    assert clpool.avg_pool2d(big, 4).item() == 60000
-    assert clpool.adaptive_avg_pool2d(big, 1).item() == 60000
+                     tol, size)
+    if dtype == np.float16:
+        # averages are computed in float32: a sum past the float16 range does not saturate
+        big = np.full((1, 1, 4, 4), 60000, np.float16)
+        assert clpool.avg_pool2d(big, 4).item() == 60000
+        assert clpool.adaptive_avg_pool2d(big, 1).item() == 60000
 
 
 # ---------------------------------------------------------------- the capability probe
