@@ -112,8 +112,8 @@ __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out
     /* Windows that tile the plane cover each element once: no clearing pass, and 0 + v
      * (not v, which may be -0) stored at once. */
     int tiled = kh == sh && kw == sw && ph == 0 && pw == 0 && OH * kh == H && OW * kw == W;
-    for (pos_t i = 0; i < (pos_t)H * W && !tiled; ++i)
-        STORE(xp, i, (acc_t)0);
+    if (!tiled)
+        clear_plane(xp, (pos_t)H * W);
     for (int oh = 0; oh < OH; ++oh) {
         int top = oh * sh - ph, h0 = max(top, 0), h1 = min(top + kh, H);
         for (int ow = 0; ow < OW; ++ow) {

@@ -163,6 +163,13 @@ inline window_range windows_reaching(int i0, int n, int size, int s, int p, int 
     return r;
 }
 
+/* p[0 .. n) = 0: a plane the per-plane backward kernels then add gradients into. */
+inline void clear_plane(__global elem_t *p, pos_t n)
+{
+    for (pos_t i = 0; i < n; ++i)
+        STORE(p, i, (acc_t)0);
+}
+
 /* The average pooling divisor of the window starting at (hs, ws) in padded
  * coordinates, as PyTorch computes it. A non-zero divisor_override is every window's
  * divisor: the caller's override, or kh * kw where the host found that all windows

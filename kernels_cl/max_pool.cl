@@ -136,8 +136,7 @@ __kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out
     __global const index_t *ip = indices + plane * OH * OW;
     __global elem_t *xp = grad_x + plane * H * W;
     int span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
-    for (pos_t i = 0; i < (pos_t)H * W; ++i)
-        STORE(xp, i, (acc_t)0);
+    clear_plane(xp, (pos_t)H * W);
     for (int oh = 0; oh < OH; ++oh)
         for (int ow = 0; ow < OW; ++ow) {
             pos_t o = (pos_t)oh * OW + ow;
