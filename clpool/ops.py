@@ -456,9 +456,13 @@ def adaptive_avg_pool2d(x: Tensor, output_size, *, device: object = None) -> Ten
                         _equal_cells(h, w, oh, ow))
         out = call.empty((n, c, oh, ow))
         acc = np.dtype(np.float64 if call.dtype == np.float64 else np.float32)
-        if out.size and (oh, ow) == (1, 1) and on_gpu(call.rt.device):
-            # A GPU needs many work-items per plane; a CPU sums a plane fastest in one. A
-            # work-item should sum 32 or more elements (H200: [64,256,56,56] 63 -> 55 us).
+        if out.size and (oh, ow) == (1, 1) and not on_gpu(call.rt.device):
+            # A CPU sums a plane fastest in one work-item.
+            call.launch("adaptive_avg_pool2d_plane", (n * c,), call.input(0), out,
+                        np.int64(h * w), local=(1,))
+        elif out.size and (oh, ow) == (1, 1):
+            # A GPU needs many work-items per plane. A work-item should sum 32 or more
+            # elements (H200: [64,256,56,56] 63 -> 55 us).
             group = call.group_size("adaptive_avg_pool2d_global", h * w // 32)
             call.launch("adaptive_avg_pool2d_global", (n * c * group,), call.input(0), out,
                         np.int64(h * w), cl.LocalMemory(group * acc.itemsize), local=(group,))

@@ -122,9 +122,7 @@ __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out
                       / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
                                            count_include_pad, divisor_override);
             for (int h = h0; h < h1; ++h)
-                for (int w = w0; w < w1; ++w)
-                    STORE(xp, (pos_t)h * W + w,
-                          (tiled ? (acc_t)0 : LOAD(xp, (pos_t)h * W + w)) + v);
+                add_to_row(xp + (pos_t)h * W + w0, w1 - w0, v, tiled);
         }
     }
 }

@@ -21,8 +21,9 @@ Kernels covered: max_pool2d_forward (with and without indices, int32 and int64),
 max_pool2d_backward (int32 and int64 indices, including indices outside the plane),
 avg_pool2d_forward/backward, adaptive_avg_pool2d_forward/backward,
 adaptive_avg_pool2d_band (bands of 16 or more rows), adaptive_avg_pool2d_global (output
-1x1), max_pool2d_backward_plane and avg_pool2d_backward_plane (the backward cases again)
-and clpool_contiguous (non-contiguous device arrays), in float32 and float64.
+1x1), max_pool2d_backward_plane, avg_pool2d_backward_plane and adaptive_avg_pool2d_plane
+(the CPU kernels: the backward cases again, and CPU_ADAPTIVE) and clpool_contiguous
+(non-contiguous device arrays), in float32 and float64.
 """
 
 from __future__ import annotations
@@ -153,8 +154,9 @@ def avg_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
                lambda g=grad, x=x, a=args: ref.avg_pool2d_backward(g, x, *a))
 
 
-def adaptive_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
-    for seed, (name, shape, size) in enumerate(ADAPTIVE):
+def adaptive_cases(dtype: np.dtype,
+                   cases: list = ADAPTIVE) -> Iterator[tuple[str, object, object]]:
+    for seed, (name, shape, size) in enumerate(cases):
         x = _data(shape, dtype, 400 + seed)
         yield (f"adaptive_avg_pool2d/{name}",
                lambda x=x, s=size: clpool.adaptive_avg_pool2d(x, s),
@@ -210,25 +212,43 @@ def strided_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
                        g, h, i, 2, 1, 1, ceil_mode=True))
 
 
-def _per_plane(run: Callable[[], object]) -> Callable[[], object]:
-    """`run` with the backward kernels of one plane per work-item, as on a CPU."""
+def _as_cpu(run: Callable[[], object]) -> Callable[[], object]:
+    """`run` with the kernels clpool picks on a CPU: one plane per work-item for the
+    backward ops and global average pooling."""
     def wrapped():
-        saved = ops.per_plane
+        saved = ops.per_plane, ops.on_gpu
         ops.per_plane = lambda device, dtype, planes: True
+        ops.on_gpu = lambda device: False
         try:
             return run()
         finally:
-            ops.per_plane = saved
+            ops.per_plane, ops.on_gpu = saved
     return wrapped
 
 
+# (name, shape, output_size): runs of 16 or more elements in the CPU kernels' stores
+CPU_ADAPTIVE = [
+    ("global-wide", (1, 2, 5, 40), 1),  # 200 elements: 32 at a time, then the rest
+    ("global-blocks", (1, 1, 40, 41), 1),  # more than one block of 1024
+    ("cells-16x20", (1, 2, 32, 40), (2, 2)),  # tiling windows, rows of 16 + 4 stored
+]
+
+
 def plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
-    """The max and average backward cases again, through max_pool2d_backward_plane and
-    avg_pool2d_backward_plane (a CPU's kernels; Oclgrind's device is a GPU)."""
+    """The max and average backward cases again, and the CPU_ADAPTIVE ones, through the
+    kernels a CPU runs (max_pool2d_backward_plane, avg_pool2d_backward_plane,
+    adaptive_avg_pool2d_plane; Oclgrind's device is a GPU)."""
     for family in (max_cases, avg_cases):
         for name, run, want in family(dtype):
             if "backward" in name:
-                yield f"plane/{name}", _per_plane(run), want
+                yield f"plane/{name}", _as_cpu(run), want
+    for name, run, want in adaptive_cases(dtype, CPU_ADAPTIVE):
+        yield f"plane/{name}", _as_cpu(run), want
+    x = _data((1, 2, 20, 21), dtype, 700)
+    grad = _data((1, 2, 2, 2), dtype, 701)  # overlapping 17x18 windows: rows added to
+    yield ("plane/avg_pool2d_backward/wide-windows",
+           _as_cpu(lambda: clpool.avg_pool2d_backward(grad, x, (17, 18), 3)),
+           lambda: ref.avg_pool2d_backward(grad, x, (17, 18), 3))
 
 
 def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None:

@@ -79,6 +79,27 @@ def test_adaptive_equal_cells_match_reference(device, build_options, dtype):
     assert any(f"-DCLPOOL_KH={kh}" in opts for opts in build_options)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_cpu_global_average_matches_reference(device, monkeypatch, launched, dtype):
+    """Global average pooling as a CPU runs it, one work-item per plane summing 32 elements
+    at a time and folding every 1024: planes just below, at and past those sizes."""
+    if dtype == np.float64 and not discovery.has_fp64(device):
+        pytest.skip("no float64 on this device")
+    if dtype == np.float16 and not discovery.has_fp16(device):
+        pytest.skip("the suite's device has no native fp16")
+    monkeypatch.setattr(ops, "on_gpu", lambda device: False)
+    rng = np.random.default_rng(1240)
+    for h, w in [(1, 1), (5, 6), (4, 8), (3, 11), (31, 33), (32, 32), (1, 1055), (70, 70),
+                 (300, 301)]:
+        x = data(rng, (2, 3, h, w), dtype) + dtype(10)
+        assert_close(clpool.adaptive_avg_pool2d(x, 1), ref.adaptive_avg_pool2d(x, 1),
+                     1e-3 if dtype == np.float16 else 1e-6, (h, w))
+    # 4096 blocks of the same sum: without compensation their rounding errors add up
+    x = np.full((1, 1, 2048, 2048), 1.1, dtype)
+    assert_close(clpool.adaptive_avg_pool2d(x, 1), ref.adaptive_avg_pool2d(x, 1), 1e-6)
+    assert ("adaptive_avg_pool2d_plane", dtype) in launched
+
+
 def test_gpu_choices_match_reference(monkeypatch, launched):
     """What clpool runs on a GPU (its tiles, the band and global adaptive kernels), run on
     the suite's device."""
