@@ -29,7 +29,8 @@ SPECIALIZE_UP_TO = 8  # windows up to this size are built with their sizes as co
 # "max_pool2d_values" is max_pool2d_forward without indices, and
 # "adaptive_avg_pool2d_backward" the average pooling backward that adaptive pooling with
 # equal cells runs. A name with " s1" is for windows of stride 1. Kernels not named take
-# (1, 1); columns apply to the four windowed kernels (TILED) only.
+# (1, 1); columns apply to the four windowed kernels (TILED) only. A CPU's max backward
+# takes (1, 1), within 6% of (4, 1), so that it runs in its forward's program.
 TILE = {
     "GPU": {
         "max_pool2d_forward": (2, 2),
@@ -44,7 +45,6 @@ TILE = {
         "adaptive_avg_pool2d_backward": (16, 2),
     },
     "CPU": {
-        "max_pool2d_backward": (4, 1),
         "avg_pool2d_backward": (4, 2),
         "adaptive_avg_pool2d_forward": (4, 1),
         "adaptive_avg_pool2d_backward": (8, 1),
@@ -228,6 +228,8 @@ class _Call:
         """Launch backward kernel `name` over `sizes`, or its `_plane` variant over the
         planes where per_plane() says so."""
         if per_plane(self.rt.device, self.dtype, planes):
+            # No tile: the program of the forward op with the same window.
+            self.rows = self.cols = 1
             self.launch(f"{name}_plane", (planes,), *args, local=(1,))
         else:
             self.launch(name, sizes, *args)
