@@ -30,6 +30,8 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, launch
     monkeypatch.setattr(ops, "per_plane", lambda device, dtype, planes: (
         plane and dtype != np.float16))
     yield request.param
+    if not launched:
+        return  # the test skipped: the device lacks its dtype
     windowed = [(n, t) for n, t in launched if n.startswith(("max_pool2d_b", "avg_pool2d_b"))]
     assert windowed
     for name, dtype in windowed:
