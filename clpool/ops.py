@@ -23,9 +23,6 @@ SOURCES = {"max": "max_pool.cl", "avg": "avg_pool.cl", "adaptive": "adaptive_poo
 DTYPE_BITS = {np.dtype(np.float16): 16, np.dtype(np.float32): 32, np.dtype(np.float64): 64}
 INDEX_BITS = {np.dtype(np.int32): 32, np.dtype(np.int64): 64}
 GROUP = 256  # work-items per work-group, when the device allows it
-# Output rows per work-group of the adaptive band kernel: on the H200, 7x7 of
-# [32,64,112,112] at 69% of the copy bandwidth with 1, 72% with 2, 69-70% with 4.
-BAND_ROWS = 2
 SPECIALIZE_UP_TO = 8  # windows up to this size are built with their sizes as constants
 # (rows, columns) each work-item handles, by device kind and kernel: the fastest in sweeps
 # of clpool bench on the H200 and on this project's 2-core CPU (BENCHMARKS.md).
@@ -472,13 +469,10 @@ def adaptive_avg_pool2d(x: Tensor, output_size, *, device: object = None) -> Ten
             call.launch("adaptive_avg_pool2d_global", (n * c * group,), call.input(0), out,
                         np.int64(h * w), cl.LocalMemory(group * acc.itemsize), local=(group,))
         elif out.size and (group := _band_group(call, h, w, oh)):
-            rows = max(1, call.group_size("adaptive_avg_pool2d_band", BAND_ROWS * group)
-                       // group)
             slices = group // (w // 4)
-            group *= rows
-            call.launch("adaptive_avg_pool2d_band", (-(-oh // rows) * group, n * c),
-                        call.input(0), out, h, w, oh, ow, rows,
-                        cl.LocalMemory(rows * slices * w * acc.itemsize), local=(group, 1))
+            call.launch("adaptive_avg_pool2d_band", (oh * group, n * c), call.input(0), out,
+                        h, w, oh, ow, cl.LocalMemory(slices * w * acc.itemsize),
+                        local=(group, 1))
         elif out.size:
             call.launch("adaptive_avg_pool2d_forward", (ow, oh, n * c), call.input(0), out,
                         h, w, oh, ow)

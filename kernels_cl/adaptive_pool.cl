@@ -111,27 +111,24 @@ __kernel void adaptive_avg_pool2d_forward(__global const elem_t *restrict x,
     }
 }
 
-/* The forward for a GPU when W is a multiple of 4: one work-group per (plane, R output
- * rows), a part of the group per output row. Work-item (q, s) of a part sums columns
- * 4q .. 4q+3 over rows s, s + S, ... of the row's band of input rows (coalesced vector
- * loads, S = part size / (W / 4)); then each cell adds its columns' sums. The host picks it for bands of 16 to 64 rows: a cell of the
+/* The forward for a GPU when W is a multiple of 4: one work-group per (plane, output row).
+ * Work-item (q, s) of the group sums columns 4q .. 4q+3 over rows s, s + S, ... of the
+ * band of input rows (coalesced vector loads, S = group size / (W / 4)); then each cell
+ * adds its columns' sums. The host picks it for bands of 16 to 64 rows: a cell of the
  * forward above is then one work-item's long serial sum (on the H200, 7x7 of
  * [32,64,112,112]: 68 against 39 us), and a plain sum of up to 64 rows stays as
  * accurate as its compensated blocks. */
 __kernel void adaptive_avg_pool2d_band(__global const elem_t *restrict x,
                                        __global elem_t *restrict out,
-                                       int H, int W, int OH, int OW, int R,
-                                       __local acc_t *colsum)
+                                       int H, int W, int OH, int OW, __local acc_t *colsum)
 {
-    int per_row = get_local_size(0) / R, lid = get_local_id(0) % per_row;
-    int oh = get_group_id(0) * R + get_local_id(0) / per_row;
+    int oh = get_group_id(0), lid = get_local_id(0);
     long plane = get_group_id(1);
     __global const elem_t *xp = x + plane * H * W;
-    int quads = W / 4, slices = per_row / quads;
+    int quads = W / 4, slices = get_local_size(0) / quads;
     int q = lid % quads, slice = lid / quads;
     int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
-    colsum += (get_local_id(0) / per_row) * slices * W;
-    if (oh < OH && slice < slices) {
+    if (slice < slices) {
         acc4_t a = 0;
         /* Unrolled, so that the loads of 16 rows are in flight together: a GPU issues in
          * order, and a load-then-add loop waits for memory at every row (on the H200,
@@ -146,7 +143,7 @@ __kernel void adaptive_avg_pool2d_band(__global const elem_t *restrict x,
         mine[3] = a.w;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int ow = lid; oh < OH && ow < OW; ow += per_row) {
+    for (int ow = lid; ow < OW; ow += get_local_size(0)) {
         int w0 = cell_start(ow, W, OW), w1 = cell_end(ow, W, OW);
         acc_t sum = 0;
         for (int w = w0; w < w1; ++w)

@@ -82,7 +82,6 @@ ADAPTIVE = [
     ("keep-width", (2, 1, 4, 3), (3, None)),
     ("band", (1, 2, 35, 12), (2, 3)),  # bands of 17-18 rows: the GPU band kernel
     ("band-overlap", (2, 1, 16, 8), (1, 3)),
-    ("band-3-rows", (2, 1, 48, 8), (3, 2)),  # a work-group of two rows with one past OH
     ("global", (2, 3, 5, 4), 1),
     ("global-1x1-plane", (1, 3, 1, 1), (1, 1)),
     ("plane-1x1", (1, 2, 1, 1), (2, 3)),

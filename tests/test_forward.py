@@ -106,7 +106,7 @@ def test_gpu_choices_match_reference(monkeypatch, launched):
     monkeypatch.setattr(ops, "on_gpu", lambda device: True)
     rng = np.random.default_rng(1250)
     bands = [((2, 3, 35, 12), (2, 3)), ((1, 2, 64, 16), (4, 4)), ((1, 1, 130, 8), (2, 5)),
-             ((3, 40, 4), (2, 1)), ((1, 1, 16, 132), (1, 7)), ((2, 3, 48, 16), (3, 4))]
+             ((3, 40, 4), (2, 1)), ((1, 1, 16, 132), (1, 7))]
     for shape, size in bands + [((2, 2, 48, 20), 1)] + adaptive_cases(1250, 40):
         x = data(rng, shape)
         assert_close(clpool.adaptive_avg_pool2d(x, size), ref.adaptive_avg_pool2d(x, size),
