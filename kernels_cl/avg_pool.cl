@@ -122,7 +122,7 @@ __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out
                       / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
                                            count_include_pad, divisor_override);
             for (int h = h0; h < h1; ++h)
-                add_to_row(xp + (pos_t)h * W + w0, w1 - w0, v, tiled, kw >= 16);
+                add_to_row(xp, (pos_t)h * W, w0, w1, v, tiled, kw >= 16);
         }
     }
 }

@@ -172,25 +172,26 @@ inline window_range windows_reaching(int i0, int n, int size, int s, int p, int 
     return r;
 }
 
-/* p[0 .. n) += v, or = 0 + v (not v, which may be -0) when `fresh`: the per-plane
- * backward kernels' stores, 16 at a time when `wide`. PoCL vectorizes only across the
- * work-items of a group, and these kernels run one work-item per plane (on the H200
- * host's Xeon, adaptive backward of [8,64,112,112] to 7x7 or 1x1: 3.9-7.9 ms with scalar
- * stores, 1.4-2.8 ms). Callers pass a constant `wide` where they can: the mere presence
- * of the vector loop made Intel's CPU compiler 30% slower on rows of 3. */
-inline void add_to_row(__global elem_t *p, pos_t n, acc_t v, int fresh, int wide)
+/* p[row + w0 .. row + w1) += v, or = 0 + v (not v, which may be -0) when `fresh`: the
+ * per-plane backward kernels' stores, 16 at a time when `wide`. PoCL vectorizes only
+ * across the work-items of a group, and these kernels run one work-item per plane (on the
+ * H200 host's Xeon, adaptive backward of [8,64,112,112] to 7x7 or 1x1: 3.9-7.9 ms with
+ * scalar stores, 1.4-2.8 ms). Callers pass a constant `wide` where they can: the mere
+ * presence of the vector loop made Intel's CPU compiler 30% slower on rows of 3. */
+inline void add_to_row(__global elem_t *p, pos_t row, pos_t w0, pos_t w1, acc_t v,
+                       int fresh, int wide)
 {
-    pos_t i = 0;
-    for (; wide && i + 16 <= n; i += 16)
-        STORE16(p, i, (fresh ? (acc16_t)0 : LOAD16(p, i)) + v);
-    for (; i < n; ++i)
-        STORE(p, i, (fresh ? (acc_t)0 : LOAD(p, i)) + v);
+    pos_t w = w0;
+    for (; wide && w + 16 <= w1; w += 16)
+        STORE16(p, row + w, (fresh ? (acc16_t)0 : LOAD16(p, row + w)) + v);
+    for (; w < w1; ++w)
+        STORE(p, row + w, (fresh ? (acc_t)0 : LOAD(p, row + w)) + v);
 }
 
 /* p[0 .. n) = 0: a plane the per-plane backward kernels then add gradients into. */
 inline void clear_plane(__global elem_t *p, pos_t n)
 {
-    add_to_row(p, n, 0, 1, 1);
+    add_to_row(p, 0, 0, n, 0, 1, 1);
 }
 
 /* The average pooling divisor of the window starting at (hs, ws) in padded
