@@ -97,7 +97,9 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
 
 /* The backward for a CPU: one work-item per plane clears it, then adds each window's
  * share to its elements, in output order (PyTorch's CPU algorithm and summation order;
- * the gather above adds a window row's shares first). */
+ * the gather above adds a window row's shares first). Clearing each row just before the
+ * first window that reaches it, as the max backward does, was 11% slower on this
+ * project's CPU (k3 s2 of [8,64,112,112]: 3.87 against 3.49 ms). */
 __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out,
                                         __global elem_t *restrict grad_x,
                                         int H, int W, int OH, int OW,
@@ -109,11 +111,11 @@ __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out
     long plane = get_global_id(0);
     __global const elem_t *gp = grad_out + plane * OH * OW;
     __global elem_t *xp = grad_x + plane * H * W;
-    /* Windows that tile the plane cover each element once: no clearing pass, and 0 + v
-     * (not v, which may be -0) stored at once. */
+    /* Windows that tile the plane cover each element once: no clearing, and 0 + v (not
+     * v, which may be -0) stored at once. */
     int tiled = kh == sh && kw == sw && ph == 0 && pw == 0 && OH * kh == H && OW * kw == W;
-    if (!tiled)
-        clear_plane(xp, (pos_t)H * W);
+    int cleared = tiled ? H : 0;
+    clear_rows(xp, W, &cleared, H); /* the whole plane, unless tiled */
     for (int oh = 0; oh < OH; ++oh) {
         int top = oh * sh - ph, h0 = max(top, 0), h1 = min(top + kh, H);
         for (int ow = 0; ow < OW; ++ow) {

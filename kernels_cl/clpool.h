@@ -188,10 +188,16 @@ inline void add_to_row(__global elem_t *p, pos_t row, pos_t w0, pos_t w1, acc_t 
         STORE(p, row + w, (fresh ? (acc_t)0 : LOAD(p, row + w)) + v);
 }
 
-/* p[0 .. n) = 0: a plane the per-plane backward kernels then add gradients into. */
-inline void clear_plane(__global elem_t *p, pos_t n)
+/* Rows *cleared .. reach - 1 of plane p (of width W) = 0, and *cleared = reach. The
+ * per-plane max backward clears each row just before the first window that reaches it,
+ * so that it is still in cache when gradients are added into it (clearing the whole plane
+ * first: k3 s2 of [8,64,112,112] 1.70-1.76 against 1.41-1.43 ms on this project's CPU). */
+inline void clear_rows(__global elem_t *p, int W, int *cleared, int reach)
 {
-    add_to_row(p, 0, 0, n, 0, 1, 1);
+    if (reach > *cleared) {
+        add_to_row(p, (pos_t)*cleared * W, 0, (pos_t)(reach - *cleared) * W, 0, 1, 1);
+        *cleared = reach;
+    }
 }
 
 /* The average pooling divisor of the window starting at (hs, ws) in padded

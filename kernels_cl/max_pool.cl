@@ -118,8 +118,8 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
     }
 }
 
-/* The backward for a CPU: one work-item per plane clears it, then adds each gradient at
- * the element its index names, in output order, skipping an index outside its window or
+/* The backward for a CPU: one work-item per plane adds each gradient at the element its
+ * index names, in output order (into rows cleared just before), skipping an index outside its window or
  * the plane. That is the gather above (the same sums in the same order) as plain loops,
  * PyTorch's CPU algorithm: a CPU gathering pays a vector gather per candidate window
  * (BENCHMARKS.md). */
@@ -136,8 +136,9 @@ __kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out
     __global const index_t *ip = indices + plane * OH * OW;
     __global elem_t *xp = grad_x + plane * H * W;
     int span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
-    clear_plane(xp, (pos_t)H * W);
-    for (int oh = 0; oh < OH; ++oh)
+    int cleared = 0;
+    for (int oh = 0; oh < OH; ++oh) {
+        clear_rows(xp, W, &cleared, min(oh * sh - ph + span_h, H));
         for (int ow = 0; ow < OW; ++ow) {
             pos_t o = (pos_t)oh * OW + ow;
             index_t at = ip[o];
@@ -151,4 +152,6 @@ __kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out
                 && INSIDE(a - ih * W - (ow * sw - pw), span_w))
                 STORE(xp, a, LOAD(xp, a) + LOAD(gp, o));
         }
+    }
+    clear_rows(xp, W, &cleared, H);
 }
