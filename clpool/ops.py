@@ -23,7 +23,9 @@ SOURCES = {"max": "max_pool.cl", "avg": "avg_pool.cl", "adaptive": "adaptive_poo
 DTYPE_BITS = {np.dtype(np.float16): 16, np.dtype(np.float32): 32, np.dtype(np.float64): 64}
 INDEX_BITS = {np.dtype(np.int32): 32, np.dtype(np.int64): 64}
 GROUP = 256  # work-items per work-group, when the device allows it
-SPECIALIZE_UP_TO = 8  # windows up to this size are built with their sizes as constants
+SPECIALIZE_UP_TO = 8  # windows up to this size are built with their sizes as constants,
+CELLS_UP_TO = 16  # equal adaptive cells up to this size (this project's CPU, 7x7 of
+# [8,64,112,112], cells of 16: 1.35-1.50 -> 0.72-0.82 ms)
 # (rows, columns) each work-item handles, by device kind and kernel: the fastest in sweeps
 # of clpool bench on the H200 and on this project's 2-core CPU (BENCHMARKS.md).
 # "max_pool2d_values" is max_pool2d_forward without indices, and
@@ -182,11 +184,13 @@ class _Call:
         self.rows = self.cols = 1
 
     def specialize(self, tuned_as: str, planes: tuple[int, ...],
-                   win: shapes.Window | None = None, width: int | None = None) -> None:
+                   win: shapes.Window | None = None, width: int | None = None,
+                   up_to: int = SPECIALIZE_UP_TO) -> None:
         """Choose the build variant: the tile per work-item tuned for kernel `tuned_as`,
         64-bit in-plane offsets and areas for a plane or window of 2^31 elements or more,
-        and the window sizes as constants for a small window, or a backward one whose
-        windows overlap at most twice (CLPOOL_SPECIALIZE=0 turns that off). On a GPU the
+        and the window sizes as constants for a small window (sides up to `up_to`), or a
+        backward one whose windows overlap at most twice (CLPOOL_SPECIALIZE=0 turns that
+        off). On a GPU the
         loops over such a window unroll, and a forward kernel passes its input `width`: a
         small window whose tiles start at multiples of four columns of a row of a multiple
         of four then loads rows as vectors."""
@@ -195,7 +199,7 @@ class _Call:
         options = ["-DCLPOOL_LARGE_PLANE"] if max(*planes, area) >= 2**31 else []
         # A backward kernel loops over the windows reaching an element, not over taps, so a
         # large window with a large stride unrolls small (2x for adaptive backward on CPU).
-        small = win is not None and (max(win.kh, win.kw) <= SPECIALIZE_UP_TO or (
+        small = win is not None and (max(win.kh, win.kw) <= up_to or (
             tuned_as.endswith("backward") and max(win.kh / win.sh, win.kw / win.sw) <= 2))
         if small and os.environ.get("CLPOOL_SPECIALIZE", "1") != "0":
             sizes = zip(("KH", "KW", "SH", "SW", "DH", "DW"),
@@ -455,7 +459,7 @@ def adaptive_avg_pool2d(x: Tensor, output_size, *, device: object = None) -> Ten
         n, c, h, w = shapes.split_batch(call.arrays[0].shape)
         oh, ow = shapes.adaptive_output((h, w), output_size)
         call.specialize("adaptive_avg_pool2d_forward", (h * w, oh * ow),
-                        _equal_cells(h, w, oh, ow))
+                        _equal_cells(h, w, oh, ow), up_to=CELLS_UP_TO)
         out = call.empty((n, c, oh, ow))
         acc = np.dtype(np.float64 if call.dtype == np.float64 else np.float32)
         if out.size and (oh, ow) == (1, 1) and not on_gpu(call.rt.device):

@@ -231,6 +231,7 @@ CPU_ADAPTIVE = [
     ("global-wide", (1, 2, 5, 40), 1),  # 200 elements: 32 at a time, then the rest
     ("global-blocks", (1, 1, 40, 41), 1),  # more than one block of 1024
     ("cells-16x20", (1, 2, 32, 40), (2, 2)),  # tiling windows, rows of 16 + 4 stored
+    ("cells-16x12", (1, 2, 32, 24), (2, 2)),  # equal cells of 16 x 12 built as constants
 ]
 
 

@@ -66,17 +66,17 @@ def test_adaptive_matches_reference():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_adaptive_equal_cells_match_reference(device, build_options, dtype):
-    """Equal cells of up to 8 x 8 build with their size as constants (-DCLPOOL_KH/KW):
+    """Equal cells of up to 16 x 16 build with their size as constants (-DCLPOOL_KH/KW):
     every cell width modulo 4, on CPU and GPU tiles."""
     if dtype == np.float64 and not discovery.has_fp64(device):
         pytest.skip("no float64 on this device")
     rng = np.random.default_rng(1210)
-    for kh, kw in [(1, 1), (2, 3), (8, 8), (3, 4), (5, 7), (8, 1), (4, 6)]:
+    for kh, kw in [(1, 1), (2, 3), (8, 8), (3, 4), (5, 7), (8, 1), (4, 6), (16, 16), (9, 13)]:
         for oh, ow in [(2, 3), (7, 1), (3, 7)]:
             x = data(rng, (2, 3, kh * oh, kw * ow), dtype)
             assert_close(clpool.adaptive_avg_pool2d(x, (oh, ow)),
                          ref.adaptive_avg_pool2d(x, (oh, ow)), 1e-5, (kh, kw, oh, ow))
-    assert any(f"-DCLPOOL_KH={kh}" in opts for opts in build_options)
+    assert any("-DCLPOOL_KH=16" in opts and "-DCLPOOL_KW=16" in opts for opts in build_options)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
