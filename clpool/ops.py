@@ -23,9 +23,10 @@ SOURCES = {"max": "max_pool.cl", "avg": "avg_pool.cl", "adaptive": "adaptive_poo
 DTYPE_BITS = {np.dtype(np.float16): 16, np.dtype(np.float32): 32, np.dtype(np.float64): 64}
 INDEX_BITS = {np.dtype(np.int32): 32, np.dtype(np.int64): 64}
 GROUP = 256  # work-items per work-group, when the device allows it
-SPECIALIZE_UP_TO = 8  # windows up to this size are built with their sizes as constants,
-CELLS_UP_TO = 16  # equal adaptive cells up to this size (this project's CPU, 7x7 of
-# [8,64,112,112], cells of 16: 1.35-1.50 -> 0.72-0.82 ms)
+SPECIALIZE_UP_TO = 8  # windows up to this size are built with their sizes as constants
+# On a CPU, also equal adaptive cells up to this size (this project's CPU, 7x7 of
+# [8,64,112,112], cells of 16: 1.35-1.50 -> 0.72-0.82 ms; not measured on a GPU).
+CPU_CELLS_UP_TO = 16
 # (rows, columns) each work-item handles, by device kind and kernel: the fastest in sweeps
 # of clpool bench on the H200 and on this project's 2-core CPU (BENCHMARKS.md).
 # "max_pool2d_values" is max_pool2d_forward without indices, and
@@ -190,10 +191,11 @@ class _Call:
         64-bit in-plane offsets and areas for a plane or window of 2^31 elements or more,
         and the window sizes as constants for a small window (sides up to `up_to`), or a
         backward one whose windows overlap at most twice (CLPOOL_SPECIALIZE=0 turns that
-        off). On a GPU the
-        loops over such a window unroll, and a forward kernel passes its input `width`: a
-        small window whose tiles start at multiples of four columns of a row of a multiple
-        of four then loads rows as vectors."""
+        off).
+
+        On a GPU the loops over such a window unroll, and a forward kernel passes its
+        input `width`: a small window whose tiles start at multiples of four columns of a
+        row of a multiple of four then loads rows as vectors."""
         self.rows, self.cols = tile(self.rt.device, tuned_as, win)
         area = win.kh * win.kw if win is not None else 0
         options = ["-DCLPOOL_LARGE_PLANE"] if max(*planes, area) >= 2**31 else []
@@ -232,7 +234,7 @@ class _Call:
         """Launch backward kernel `name` over `sizes`, or its `_plane` variant over the
         planes where per_plane() says so."""
         if per_plane(self.rt.device, self.dtype, planes):
-            # No tile: the program of the forward op with the same window.
+            # No tile: for most windows, the program the forward op built.
             self.rows = self.cols = 1
             self.launch(f"{name}_plane", (planes,), *args, local=(1,))
         else:
@@ -458,15 +460,18 @@ def adaptive_avg_pool2d(x: Tensor, output_size, *, device: object = None) -> Ten
         call = _Call(where, "adaptive", device, x)
         n, c, h, w = shapes.split_batch(call.arrays[0].shape)
         oh, ow = shapes.adaptive_output((h, w), output_size)
+        gpu, whole = on_gpu(call.rt.device), (oh, ow) == (1, 1)
+        # The global kernels take no window sizes: one build for every plane size.
         call.specialize("adaptive_avg_pool2d_forward", (h * w, oh * ow),
-                        _equal_cells(h, w, oh, ow), up_to=CELLS_UP_TO)
+                        None if whole else _equal_cells(h, w, oh, ow),
+                        up_to=SPECIALIZE_UP_TO if gpu else CPU_CELLS_UP_TO)
         out = call.empty((n, c, oh, ow))
         acc = np.dtype(np.float64 if call.dtype == np.float64 else np.float32)
-        if out.size and (oh, ow) == (1, 1) and not on_gpu(call.rt.device):
+        if out.size and whole and not gpu:
             # A CPU sums a plane fastest in one work-item.
             call.launch("adaptive_avg_pool2d_plane", (n * c,), call.input(0), out,
                         np.int64(h * w), local=(1,))
-        elif out.size and (oh, ow) == (1, 1):
+        elif out.size and whole:
             # A GPU needs many work-items per plane. A work-item should sum 32 or more
             # elements (H200: [64,256,56,56] 63 -> 55 us).
             group = call.group_size("adaptive_avg_pool2d_global", h * w // 32)

@@ -67,8 +67,8 @@ inline acc_t window_sum(__global const elem_t *xp, int W, int h0, int h1, int w0
 }
 
 #ifdef CLPOOL_KH
-/* The sum of an equal cell of CLPOOL_KH x CLPOOL_KW (at most 16 x 16, a plain sum of up
- * to 64 elements per lane) from (h0, w0): the loops unroll, so that all of its loads are
+/* The sum of an equal cell of CLPOOL_KH x CLPOOL_KW (at most 16 x 16 on a CPU, 8 x 8 on a
+ * GPU; a plain sum of at most 256 elements in four lanes) from (h0, w0): the loops unroll, so that all of its loads are
  * in flight together (a GPU issues in order, and the loops of window_sum wait for memory
  * at every row: on the H200, 7x7 of [64,256,56,56] took 73 us through them; on this
  * project's CPU, cells of 16 x 16 took twice as long through them). */
@@ -214,7 +214,8 @@ __kernel void adaptive_avg_pool2d_global(__global const elem_t *x, __global elem
 /* Global (1x1) average pooling on a CPU: one work-item sums a plane, 32 elements at a time
  * in two vectors, folded into a compensated total every 1024. PoCL vectorizes only across
  * the work-items of a group, so a plane's sum needs vector types (on the H200 host's Xeon,
- * [8,64,112,112]: 2.2-2.5 ms in 4-wide partial sums per row, 0.52-0.60 ms so). */
+ * [8,64,112,112]: 2.2-2.5 ms in 4-wide partial sums per row, 0.50-1.1 ms so, bimodal from
+ * run to run, against PyTorch's 0.53-0.63 ms). */
 __kernel void adaptive_avg_pool2d_plane(__global const elem_t *restrict x,
                                         __global elem_t *restrict out, long HW)
 {

@@ -182,7 +182,7 @@ inline void add_to_row(__global elem_t *p, pos_t row, pos_t w0, pos_t w1, acc_t 
                        int fresh, int wide)
 {
     pos_t w = w0;
-    for (; wide && w + 16 <= w1; w += 16)
+    for (; wide && w1 - w >= 16; w += 16)
         STORE16(p, row + w, (fresh ? (acc16_t)0 : LOAD16(p, row + w)) + v);
     for (; w < w1; ++w)
         STORE(p, row + w, (fresh ? (acc_t)0 : LOAD(p, row + w)) + v);

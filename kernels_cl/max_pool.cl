@@ -119,8 +119,8 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
 }
 
 /* The backward for a CPU: one work-item per plane adds each gradient at the element its
- * index names, in output order (into rows cleared just before), skipping an index outside its window or
- * the plane. That is the gather above (the same sums in the same order) as plain loops,
+ * index names, in output order (into rows cleared just before), skipping an index outside
+ * its window or the plane. That is the gather above (the same sums in the same order) as plain loops,
  * PyTorch's CPU algorithm: a CPU gathering pays a vector gather per candidate window
  * (BENCHMARKS.md). */
 __kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out,

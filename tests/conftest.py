@@ -25,6 +25,15 @@ def _suite_device() -> cl.Device:
     pytest.exit("no OpenCL device here can build a kernel", returncode=3)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Keep each phase's report on its test (rep_setup, rep_call), for fixtures that check
+    what a test launched only when it ran."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     device = _suite_device()
     index = discovery.cl_devices().index(device)
