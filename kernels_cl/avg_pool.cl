@@ -114,8 +114,8 @@ __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out
     /* Windows that tile the plane cover each element once: no clearing, and 0 + v (not
      * v, which may be -0) stored at once. */
     int tiled = kh == sh && kw == sw && ph == 0 && pw == 0 && OH * kh == H && OW * kw == W;
-    int cleared = tiled ? H : 0;
-    clear_rows(xp, W, &cleared, H); /* the whole plane, unless tiled */
+    if (!tiled)
+        clear_rows(xp, W, 0, H);
     for (int oh = 0; oh < OH; ++oh) {
         int top = oh * sh - ph, h0 = max(top, 0), h1 = min(top + kh, H);
         for (int ow = 0; ow < OW; ++ow) {

@@ -188,16 +188,16 @@ inline void add_to_row(__global elem_t *p, pos_t row, pos_t w0, pos_t w1, acc_t 
         STORE(p, row + w, (fresh ? (acc_t)0 : LOAD(p, row + w)) + v);
 }
 
-/* Rows *cleared .. reach - 1 of plane p (of width W) = 0, and *cleared = reach. The
- * per-plane max backward clears each row just before the first window that reaches it,
- * so that it is still in cache when gradients are added into it (clearing the whole plane
- * first: k3 s2 of [8,64,112,112] 1.70-1.76 against 1.41-1.43 ms on this project's CPU). */
-inline void clear_rows(__global elem_t *p, int W, int *cleared, int reach)
+/* Rows from .. to - 1 of plane p (of width W) = 0; returns the rows cleared so far,
+ * max(from, to). The per-plane max backward clears each row just before the first window
+ * that reaches it, so that it is still in cache when gradients are added into it
+ * (clearing the whole plane first: k3 s2 of [8,64,112,112] 1.70-1.76 against 1.41-1.43 ms
+ * on this project's CPU). */
+inline int clear_rows(__global elem_t *p, int W, int from, int to)
 {
-    if (reach > *cleared) {
-        add_to_row(p, (pos_t)*cleared * W, 0, (pos_t)(reach - *cleared) * W, 0, 1, 1);
-        *cleared = reach;
-    }
+    if (to > from)
+        add_to_row(p, (pos_t)from * W, 0, (pos_t)(to - from) * W, 0, 1, 1);
+    return max(from, to);
 }
 
 /* The average pooling divisor of the window starting at (hs, ws) in padded

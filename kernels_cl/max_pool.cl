@@ -138,7 +138,7 @@ __kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out
     int span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
     int cleared = 0;
     for (int oh = 0; oh < OH; ++oh) {
-        clear_rows(xp, W, &cleared, min(oh * sh - ph + span_h, H));
+        cleared = clear_rows(xp, W, cleared, min(oh * sh - ph + span_h, H));
         for (int ow = 0; ow < OW; ++ow) {
             pos_t o = (pos_t)oh * OW + ow;
             index_t at = ip[o];
@@ -153,5 +153,5 @@ __kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out
                 STORE(xp, a, LOAD(xp, a) + LOAD(gp, o));
         }
     }
-    clear_rows(xp, W, &cleared, H);
+    clear_rows(xp, W, cleared, H);
 }
