@@ -103,8 +103,8 @@ def on_gpu(device: cl.Device) -> bool:
 
 
 def per_plane(device: cl.Device, dtype: np.dtype, planes: int) -> bool:
-    """Whether a backward op runs one work-item per plane (a CPU, float32 or float64, and
-    two planes or more per core), rather than one per tile of its gradient."""
+    """Whether an op runs one work-item per plane (a CPU, float32 or float64, and two
+    planes or more per core), rather than one per tile of its output."""
     return (not on_gpu(device) and dtype != np.float16
             and planes >= 2 * device.max_compute_units)
 
@@ -230,9 +230,10 @@ class _Call:
             cl.kernel_work_group_info.WORK_GROUP_SIZE, self.rt.device)
         return 1 << (max(1, min(want, GROUP, fits)).bit_length() - 1)
 
-    def backward(self, name: str, planes: int, sizes: tuple[int, ...], *args: object) -> None:
-        """Launch backward kernel `name` over `sizes`, or its `_plane` variant over the
-        planes where per_plane() says so."""
+    def launch_by_plane(self, name: str, planes: int, sizes: tuple[int, ...],
+                        *args: object) -> None:
+        """Launch kernel `name` over `sizes`, or its `_plane` variant over the planes where
+        per_plane() says so."""
         if per_plane(self.rt.device, self.dtype, planes):
             # No tile: for most windows, the program the forward op built.
             self.rows = self.cols = 1
@@ -332,8 +333,9 @@ def _max_forward(label: str, x: Tensor, kernel_size, stride, padding, dilation, 
             indices = out  # a placeholder the kernel never touches
             call.options += ("-DCLPOOL_NO_INDICES",)
         if out.size:
-            call.launch("max_pool2d_forward", (win.ow, win.oh, n * c), call.input(0), out,
-                        indices, h, w, win.oh, win.ow, *win.args())
+            call.launch_by_plane("max_pool2d_forward", n * c, (win.ow, win.oh, n * c),
+                                 call.input(0), out, indices, h, w, win.oh, win.ow,
+                                 *win.args())
         batched = call.arrays[0].ndim == 4
         return call.result(out, batched), call.result(indices, batched) if with_indices else None
 
@@ -389,7 +391,7 @@ def max_pool2d_with_indices_backward(grad_output: Tensor, x: Tensor, indices: Te
         call.specialize("max_pool2d_backward", (h * w, win.oh * win.ow), win)
         grad_x = call.empty((n, c, h, w))
         if grad_x.size:
-            call.backward("max_pool2d_backward", n * c, (w, h, n * c), call.input(0),
+            call.launch_by_plane("max_pool2d_backward", n * c, (w, h, n * c), call.input(0),
                           call.input(2), grad_x, h, w, win.oh, win.ow, *win.args())
         return call.result(grad_x, call.arrays[1].ndim == 4)
 
@@ -411,8 +413,9 @@ def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool =
         call.specialize("avg_pool2d_forward", (h * w, win.oh * win.ow), win, w)
         out = call.empty((n, c, win.oh, win.ow))
         if out.size:
-            call.launch("avg_pool2d_forward", (win.ow, win.oh, n * c), call.input(0), out,
-                        h, w, win.oh, win.ow, *win.avg_args(), int(include_pad), div)
+            call.launch_by_plane("avg_pool2d_forward", n * c, (win.ow, win.oh, n * c),
+                                 call.input(0), out, h, w, win.oh, win.ow, *win.avg_args(),
+                                 int(include_pad), div)
         return call.result(out, call.arrays[0].ndim == 4)
 
 
@@ -431,7 +434,7 @@ def avg_pool2d_backward(grad_output: Tensor, x: Tensor, kernel_size, stride=None
         call.specialize("avg_pool2d_backward", (h * w, win.oh * win.ow), win)
         grad_x = call.empty((n, c, h, w))
         if grad_x.size:
-            call.backward("avg_pool2d_backward", n * c, (w, h, n * c), call.input(0), grad_x,
+            call.launch_by_plane("avg_pool2d_backward", n * c, (w, h, n * c), call.input(0), grad_x,
                           h, w, win.oh, win.ow, *win.avg_args(), int(include_pad), div)
         return call.result(grad_x, call.arrays[1].ndim == 4)
 
@@ -503,7 +506,7 @@ def adaptive_avg_pool2d_backward(grad_output: Tensor, x: Tensor, *,
             # Equal cells that tile the plane: the average pooling backward of that window.
             call.family = "avg"
             call.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow), win)
-            call.backward("avg_pool2d_backward", n * c, (w, h, n * c), call.input(0), grad_x,
+            call.launch_by_plane("avg_pool2d_backward", n * c, (w, h, n * c), call.input(0), grad_x,
                           h, w, oh, ow, *win.avg_args(), 1,
                           shapes.avg_divisor((h, w), win, True, 0))
         elif grad_x.size:

@@ -45,6 +45,56 @@ __kernel void avg_pool2d_forward(__global const elem_t *restrict x,
         }
 }
 
+/* The average of one window starting at (hs, ws), stored at out[o]. */
+inline void avg_window(__global const elem_t *xp, __global elem_t *out, long o, int H, int W,
+                       int hs, int ws, int kh, int kw, int ph, int pw, int count_include_pad,
+                       int divisor_override)
+{
+    acc_t sum = 0;
+    for (int h = max(hs, 0); h < min(hs + kh, H); ++h)
+        for (int w = max(ws, 0); w < min(ws + kw, W); ++w)
+            sum += LOAD(xp, (pos_t)h * W + w);
+    STORE(out, o, sum / (acc_t)avg_divisor(hs, ws, kh, kw, H, W, ph, pw, count_include_pad,
+                                           divisor_override));
+}
+
+/* avg_window for the 16 windows starting at (hs, ws + k * sw), k < 16, of stride 1 or 2,
+ * whose columns all lie inside the row, as 16-lane vectors: they share a divisor. */
+inline void avg_window16(__global const elem_t *xp, __global elem_t *out, long o, int H,
+                         int W, int hs, int ws, int kh, int kw, int sw, int ph, int pw,
+                         int count_include_pad, int divisor_override)
+{
+    acc16_t sum = 0;
+    for (int h = max(hs, 0); h < min(hs + kh, H); ++h)
+        for (int j = 0; j < kw; ++j)
+            sum += LOAD16_STRIDED(xp, (pos_t)h * W + ws + j, sw);
+    STORE16(out, o, sum / (acc_t)avg_divisor(hs, ws, kh, kw, H, W, ph, pw, count_include_pad,
+                                             divisor_override));
+}
+
+/* The forward for a CPU, as max_pool2d_forward_plane. */
+__kernel void avg_pool2d_forward_plane(__global const elem_t *restrict x,
+                                       __global elem_t *restrict out,
+                                       int H, int W, int OH, int OW,
+                                       int kh, int kw, int sh, int sw, int ph, int pw,
+                                       int count_include_pad, int divisor_override)
+{
+    int dh = 1, dw = 1;
+    FIX_WINDOW();
+    long plane = get_global_id(0);
+    __global const elem_t *xp = x + plane * H * W;
+    int2 vec = vector_outputs(W, OW, sw, pw, kw);
+    for (int oh = 0; oh < OH; ++oh) {
+        int hs = oh * sh - ph;
+        long o = (plane * OH + oh) * OW;
+        FOR_EACH_OUTPUT(ow, OW, vec.x, vec.y,
+            avg_window(xp, out, o + ow, H, W, hs, ow * sw - pw, kh, kw, ph, pw,
+                       count_include_pad, divisor_override),
+            avg_window16(xp, out, o + ow, H, W, hs, ow * sw - pw, kh, kw, sw, ph, pw,
+                         count_include_pad, divisor_override))
+    }
+}
+
 /* grad_x[i] = sum over the windows containing i of grad_out / that window's divisor. */
 __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
                                   __global elem_t *restrict grad_x,

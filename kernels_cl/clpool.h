@@ -23,6 +23,7 @@ typedef half elem_t;
 typedef float acc_t;
 typedef float4 acc4_t;
 typedef float16 acc16_t;
+typedef uint16 lanes16_t; /* shuffle masks of acc16_t */
 #define LOAD(p, i) vload_half((i), (p))
 #define LOAD4(p, i) vload_half4(0, (p) + (i))
 #define LOAD16(p, i) vload_half16(0, (p) + (i))
@@ -34,6 +35,7 @@ typedef double elem_t;
 typedef double acc_t;
 typedef double4 acc4_t;
 typedef double16 acc16_t;
+typedef ulong16 lanes16_t;
 #define LOAD(p, i) ((p)[i])
 #define LOAD4(p, i) vload4(0, (p) + (i))
 #define LOAD16(p, i) vload16(0, (p) + (i))
@@ -44,6 +46,7 @@ typedef float elem_t;
 typedef float acc_t;
 typedef float4 acc4_t;
 typedef float16 acc16_t;
+typedef uint16 lanes16_t;
 #define LOAD(p, i) ((p)[i])
 #define LOAD4(p, i) vload4(0, (p) + (i))
 #define LOAD16(p, i) vload16(0, (p) + (i))
@@ -53,8 +56,10 @@ typedef float16 acc16_t;
 
 #if CLPOOL_INDEX == 32
 typedef int index_t;
+#define STORE_INDEX16(p, i, v) vstore16(convert_int16(v), 0, (p) + (i))
 #else
 typedef long index_t;
+#define STORE_INDEX16(p, i, v) vstore16(convert_long16(v), 0, (p) + (i))
 #endif
 
 /* Offsets and areas inside one (H, W) plane: 32-bit unless the host passes
@@ -62,8 +67,12 @@ typedef long index_t;
  * are always 64-bit, so tensors of more than 2^31 elements index correctly. */
 #ifdef CLPOOL_LARGE_PLANE
 typedef long pos_t;
+typedef long16 pos16_t;
+#define AS_POS16(v) convert_long16(v)
 #else
 typedef int pos_t;
+typedef int16 pos16_t;
+#define AS_POS16(v) convert_int16(v)
 #endif
 
 /* Work-item layout of the elementwise kernels: dimension 0 walks the columns,
@@ -170,6 +179,42 @@ inline window_range windows_reaching(int i0, int n, int size, int s, int p, int 
     r.end = min((min(i0 + n - 1, size - 1) + p) / s + 1, out);
     r.count = (n + span - 1 + s - 1) / s;
     return r;
+}
+
+/* 16 elements from p[i] on: consecutive ones (s == 1), or every other one of 32 (s == 2;
+ * a shuffle, as `.even` of the two halves crashes Oclgrind 21.10's uninitialized-value
+ * checks). */
+#define EVEN_LANES (lanes16_t)(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
+#define LOAD16_STRIDED(p, i, s) \
+    ((s) == 1 ? LOAD16(p, i) : shuffle2(LOAD16(p, i), LOAD16(p, (i) + 16), EVEN_LANES))
+
+/* The per-plane forward kernels' walk over the outputs of a row: ONE for output ow, and
+ * SIXTEEN for outputs ow .. ow + 15 from ow = `first` up to `last` (the last 16 may
+ * overlap the 16 before: they store the same values again), where first <= last. */
+#define FOR_EACH_OUTPUT(ow, OW, first, last, ONE, SIXTEEN)                          \
+    {                                                                               \
+        int ow = 0;                                                                 \
+        if ((first) <= (last)) {                                                    \
+            for (; ow < (first); ++ow)                                              \
+                ONE;                                                                \
+            for (int v_ = (first);; v_ += 16) {                                     \
+                ow = min(v_, (last));                                               \
+                SIXTEEN;                                                            \
+                if (ow == (last))                                                   \
+                    break;                                                          \
+            }                                                                       \
+            ow = (last) + 16;                                                       \
+        }                                                                           \
+        for (; ow < (OW); ++ow)                                                     \
+            ONE;                                                                    \
+    }
+
+/* The first and last output of a row from which 16 windows (stride s, padding p, extent
+ * span) read only columns 0 .. W - 1 with LOAD16_STRIDED; first > last where none do. */
+inline int2 vector_outputs(int W, int OW, int s, int p, int span)
+{
+    int reach = W + p - span + 1 - 16 * s;
+    return (int2)((p + s - 1) / s, s <= 2 && reach >= 0 ? min(reach / s, OW - 16) : -1);
 }
 
 /* p[row + w0 .. row + w1) += v, or = 0 + v (not v, which may be -0) when `fresh`: the

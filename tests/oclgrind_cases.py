@@ -21,9 +21,9 @@ Kernels covered: max_pool2d_forward (with and without indices, int32 and int64),
 max_pool2d_backward (int32 and int64 indices, including indices outside the plane),
 avg_pool2d_forward/backward, adaptive_avg_pool2d_forward/backward,
 adaptive_avg_pool2d_band (bands of 16 or more rows), adaptive_avg_pool2d_global (output
-1x1), max_pool2d_backward_plane, avg_pool2d_backward_plane and adaptive_avg_pool2d_plane
-(the CPU kernels: the backward cases again, and CPU_ADAPTIVE) and clpool_contiguous
-(non-contiguous device arrays), in float32 and float64.
+1x1), the `_plane` kernels of max and average pooling and adaptive_avg_pool2d_plane (the
+CPU kernels: the max and average cases again, CPU_WINDOWS and CPU_ADAPTIVE) and
+clpool_contiguous (non-contiguous device arrays), in float32 and float64.
 """
 
 from __future__ import annotations
@@ -235,14 +235,32 @@ CPU_ADAPTIVE = [
 ]
 
 
+# (name, shape, kernel_size, stride, padding): rows the CPU forward kernels take 16
+# outputs at a time, up to the plane's last column
+CPU_WINDOWS = [
+    ("wide-pad", (1, 2, 3, 36), 3, 2, 1),
+    ("wide-to-the-end", (1, 1, 2, 33), 2, 2, 0),  # a stride of 2 reads up to column W - 1
+    ("wide-stride1", (1, 1, 3, 19), 3, 1, 1),  # the last 16 overlap the 16 before
+]
+
+
 def plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
-    """The max and average backward cases again, and the CPU_ADAPTIVE ones, through the
-    kernels a CPU runs (max_pool2d_backward_plane, avg_pool2d_backward_plane,
-    adaptive_avg_pool2d_plane; Oclgrind's device is a GPU)."""
+    """The max and average cases again, CPU_WINDOWS, and the CPU_ADAPTIVE cases, through
+    the kernels a CPU runs (the `_plane` kernels; Oclgrind's device is a GPU)."""
     for family in (max_cases, avg_cases):
         for name, run, want in family(dtype):
-            if "backward" in name:
-                yield f"plane/{name}", _as_cpu(run), want
+            yield f"plane/{name}", _as_cpu(run), want
+    for seed, (name, shape, k, s, p) in enumerate(CPU_WINDOWS):
+        x = _data(shape, dtype, 800 + seed, ties=True)
+        for index in ("int64", "int32"):
+            yield (f"plane/max_pool2d_with_indices/{name}/{index}",
+                   _as_cpu(lambda x=x, a=(k, s, p), i=index: clpool.max_pool2d_with_indices(
+                       x, *a, index_dtype=i)),
+                   lambda x=x, a=(k, s, p): ref.max_pool2d_with_indices(x, *a))
+        yield (f"plane/max_pool2d/{name}", _as_cpu(lambda x=x, a=(k, s, p): clpool.max_pool2d(
+            x, *a)), lambda x=x, a=(k, s, p): ref.max_pool2d(x, *a))
+        yield (f"plane/avg_pool2d/{name}", _as_cpu(lambda x=x, a=(k, s, p): clpool.avg_pool2d(
+            x, *a)), lambda x=x, a=(k, s, p): ref.avg_pool2d(x, *a))
     for name, run, want in adaptive_cases(dtype, CPU_ADAPTIVE):
         yield f"plane/{name}", _as_cpu(run), want
     x = _data((1, 2, 20, 21), dtype, 700)
@@ -273,8 +291,8 @@ def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None
         return None
     if got.dtype != dtype:
         return f"dtype {got.dtype}, want {dtype}"
-    if name.startswith(("max_pool2d/", "max_pool2d_with_indices/",
-                        "contiguous/max_pool2d/", "contiguous/max_pool2d_with_indices/")):
+    if name.split("/")[name.startswith(("plane/", "contiguous/"))] in (
+            "max_pool2d", "max_pool2d_with_indices"):
         # max pooling is exact: the reference value rounded to the dtype
         if not np.array_equal(got, want.astype(dtype), equal_nan=True):
             return f"values differ:\n{got}\nwant\n{want}"

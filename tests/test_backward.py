@@ -21,24 +21,6 @@ from clpool import ops
 from clpool import reference as ref
 
 
-@pytest.fixture(params=["gather", "plane"])
-def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, launched):
-    """Run through the backward kernels that gather for each gradient element (GPU) and
-    through those that run a plane per work-item (CPU, float32 and float64), and check
-    that the chosen ones launched."""
-    plane = request.param == "plane"
-    monkeypatch.setattr(ops, "per_plane", lambda device, dtype, planes: (
-        plane and dtype != np.float16))
-    yield request.param
-    ran = getattr(request.node, "rep_call", None)
-    if ran is None or ran.skipped:
-        return  # the test did not run (the device lacks its dtype)
-    windowed = [(n, t) for n, t in launched if n.startswith(("max_pool2d_b", "avg_pool2d_b"))]
-    assert windowed
-    for name, dtype in windowed:
-        assert name.endswith("_plane") == (plane and dtype != np.float16), name
-
-
 def _max_bw(g, x, idx, case_args, **kw):
     return clpool.max_pool2d_with_indices_backward(g, x, idx, *case_args, **kw)
 

@@ -56,6 +56,39 @@ def test_avg_matches_reference(variant):
         assert_close(out, ref.avg_pool2d(x, *case.avg_args), 1e-5, case)
 
 
+# (input shape, max_pool2d arguments, avg_pool2d arguments): rows of 16 outputs or more,
+# which the per-plane kernels take 16 at a time for strides 1 and 2 (with a last 16
+# overlapping the ones before, or exactly 16), the rows' edges and other strides one by one
+WIDE_ROWS = [
+    ((2, 3, 9, 47), (3, 2, 1), (3, 2, 1, False, True)),
+    ((2, 3, 7, 34), (3, 2, 1), (3, 2, 1, True, False)),
+    ((1, 5, 6, 33), (2, 2, 0), (2, 2, 0)),
+    ((2, 3, 8, 40), (3, 1, 1), (3, 1, 1, False, False)),
+    ((2, 3, 8, 50), ((3, 4), (1, 2), (1, 2), (2, 3), True), ((3, 4), (1, 2), (1, 2), True,
+                                                             True, 5)),
+    ((2, 3, 8, 60), ((2, 3), (2, 1), (0, 1), (1, 2)), ((2, 3), (2, 1), (0, 1))),
+    ((1, 4, 5, 70), (3, 3, 1), (3, 3, 1)),
+    ((1, 4, 5, 15), (3, 1, 1), (3, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_wide_rows_match_reference(device, dtype, path):
+    if dtype == np.float64 and not discovery.has_fp64(device):
+        pytest.skip("no float64 on this device")
+    rng = np.random.default_rng(1250)
+    for shape, max_args, avg_args in WIDE_ROWS:
+        x = data(rng, shape, dtype, special=True)
+        x[0, 0, :, 8:40] = -INF  # windows of -inf only: the first tap keeps the index
+        out, idx = clpool.max_pool2d_with_indices(x, *max_args)
+        want, want_i = _ref_max(x, *max_args)
+        assert same_bits(out, want) and same_bits(idx, want_i), (shape, max_args)
+        assert same_bits(clpool.max_pool2d(x, *max_args), want), (shape, max_args)
+        x = data(rng, shape, dtype)
+        assert_close(clpool.avg_pool2d(x, *avg_args), ref.avg_pool2d(x, *avg_args), 1e-5,
+                     (shape, avg_args))
+
+
 def test_adaptive_matches_reference():
     rng = np.random.default_rng(1200)
     for shape, size in adaptive_cases(1200, 120):
