@@ -30,10 +30,12 @@ CPU_CELLS_UP_TO = 16
 # (rows, columns) each work-item handles, by device kind and kernel: the fastest in sweeps
 # of clpool bench on the H200 and on this project's 2-core CPU (BENCHMARKS.md).
 # "max_pool2d_values" is max_pool2d_forward without indices, and
-# "adaptive_avg_pool2d_backward" the average pooling backward that adaptive pooling with
-# equal cells runs. A name with " s1" is for windows of stride 1. Kernels not named take
-# (1, 1); columns apply to the four windowed kernels (TILED) only. A CPU's max backward
-# takes (1, 1), within 6% of (4, 1), so that it runs in its forward's program.
+# "adaptive_avg_pool2d_backward equal" the average pooling backward that adaptive pooling
+# with equal cells runs. A name with " s1" is for windows of stride 1. Kernels not named
+# take (1, 1); columns apply to the four windowed kernels (TILED) only. On a CPU the max
+# backward (within 6% of (4, 1)) and the adaptive kernels (forward: faster on 3 of 5
+# shapes; backward of unequal cells: 7% slower, on 2 planes: more run one per work-item)
+# take (1, 1), so that a backward runs in its forward's program.
 TILE = {
     "GPU": {
         "max_pool2d_forward": (2, 2),
@@ -45,12 +47,12 @@ TILE = {
         "avg_pool2d_backward": (4, 2),
         "avg_pool2d_backward s1": (4, 4),
         "adaptive_avg_pool2d_forward": (2, 1),
+        "adaptive_avg_pool2d_backward equal": (16, 2),
         "adaptive_avg_pool2d_backward": (16, 2),
     },
     "CPU": {
         "avg_pool2d_backward": (4, 2),
-        "adaptive_avg_pool2d_forward": (4, 1),
-        "adaptive_avg_pool2d_backward": (8, 1),
+        "adaptive_avg_pool2d_backward equal": (8, 1),
     },
 }
 TILED = {"max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward",
@@ -505,12 +507,12 @@ def adaptive_avg_pool2d_backward(grad_output: Tensor, x: Tensor, *,
         if grad_x.size and win is not None:
             # Equal cells that tile the plane: the average pooling backward of that window.
             call.family = "avg"
-            call.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow), win)
+            call.specialize("adaptive_avg_pool2d_backward equal", (h * w, oh * ow), win)
             call.launch_by_plane("avg_pool2d_backward", n * c, (w, h, n * c), call.input(0), grad_x,
                           h, w, oh, ow, *win.avg_args(), 1,
                           shapes.avg_divisor((h, w), win, True, 0))
         elif grad_x.size:
             call.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow))
-            call.launch("adaptive_avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
-                        h, w, oh, ow)
+            call.launch_by_plane("adaptive_avg_pool2d_backward", n * c, (w, h, n * c),
+                                 call.input(0), grad_x, h, w, oh, ow)
         return call.result(grad_x, fwd.ndim == 4)

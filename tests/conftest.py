@@ -107,9 +107,10 @@ def build_options(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
 
 @pytest.fixture(params=["tiled", "plane"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, launched):
-    """Run the windowed ops through the kernels of one work-item per output or gradient
-    element (or tile of them: GPU) and through those of one work-item per plane (CPU,
-    float32 and float64), and check that the chosen ones launched."""
+    """Run the windowed ops and the adaptive backward through the kernels of one work-item
+    per output or gradient element (or tile of them: GPU) and through those of one
+    work-item per plane (CPU, float32 and float64), and check that the chosen ones
+    launched."""
     plane = request.param == "plane"
     monkeypatch.setattr(ops, "per_plane", lambda device, dtype, planes: (
         plane and dtype != np.float16))
@@ -117,7 +118,8 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, launch
     ran = getattr(request.node, "rep_call", None)
     if ran is None or ran.skipped:
         return  # the test did not run (the device lacks its dtype)
-    windowed = [(n, t) for n, t in launched if n.startswith(("max_pool2d_", "avg_pool2d_"))]
+    windowed = [(n, t) for n, t in launched
+                if n.startswith(("max_pool2d_", "avg_pool2d_", "adaptive_avg_pool2d_backward"))]
     assert windowed
     for name, dtype in windowed:
         assert name.endswith("_plane") == (plane and dtype != np.float16), name

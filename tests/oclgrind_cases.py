@@ -22,7 +22,7 @@ max_pool2d_backward (int32 and int64 indices, including indices outside the plan
 avg_pool2d_forward/backward, adaptive_avg_pool2d_forward/backward,
 adaptive_avg_pool2d_band (bands of 16 or more rows), adaptive_avg_pool2d_global (output
 1x1), the `_plane` kernels of max and average pooling and adaptive_avg_pool2d_plane (the
-CPU kernels: the max and average cases again, CPU_WINDOWS and CPU_ADAPTIVE) and
+CPU kernels: the max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAPTIVE) and
 clpool_contiguous (non-contiguous device arrays), in float32 and float64.
 """
 
@@ -232,6 +232,7 @@ CPU_ADAPTIVE = [
     ("global-blocks", (1, 1, 40, 41), 1),  # more than one block of 1024
     ("cells-16x20", (1, 2, 32, 40), (2, 2)),  # tiling windows, rows of 16 + 4 stored
     ("cells-16x12", (1, 2, 32, 24), (2, 2)),  # equal cells of 16 x 12 built as constants
+    ("cells-overlap", (1, 2, 21, 40), (2, 2)),  # unequal cells of 11 x 20: rows overlap
 ]
 
 
@@ -245,7 +246,7 @@ CPU_WINDOWS = [
 
 
 def plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
-    """The max and average cases again, CPU_WINDOWS, and the CPU_ADAPTIVE cases, through
+    """The max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAPTIVE, through
     the kernels a CPU runs (the `_plane` kernels; Oclgrind's device is a GPU)."""
     for family in (max_cases, avg_cases):
         for name, run, want in family(dtype):
@@ -261,7 +262,7 @@ def plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
             x, *a)), lambda x=x, a=(k, s, p): ref.max_pool2d(x, *a))
         yield (f"plane/avg_pool2d/{name}", _as_cpu(lambda x=x, a=(k, s, p): clpool.avg_pool2d(
             x, *a)), lambda x=x, a=(k, s, p): ref.avg_pool2d(x, *a))
-    for name, run, want in adaptive_cases(dtype, CPU_ADAPTIVE):
+    for name, run, want in adaptive_cases(dtype, ADAPTIVE + CPU_ADAPTIVE):
         yield f"plane/{name}", _as_cpu(run), want
     x = _data((1, 2, 20, 21), dtype, 700)
     grad = _data((1, 2, 2, 2), dtype, 701)  # overlapping 17x18 windows: rows added to

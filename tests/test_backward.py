@@ -61,8 +61,8 @@ def test_adaptive_backward_matches_reference(path):
 
 
 def test_wide_windows_match_reference(path):
-    """Windows of 16 columns or more: the per-plane kernels add their rows 16 at a time,
-    into cleared rows or, where the windows tile the plane, into fresh ones."""
+    """Windows and cells of 16 columns or more: the per-plane kernels add their rows 16 at
+    a time, into cleared rows or, where the windows tile the plane, into fresh ones."""
     rng = np.random.default_rng(2240)
     x = data(rng, (2, 3, 32, 47))
     for args in [((17, 18), 3, 0), ((16, 20), (2, 5), (8, 10)), ((3, 33), 1, 1)]:
@@ -71,6 +71,10 @@ def test_wide_windows_match_reference(path):
                      ref.avg_pool2d_backward(g, x, *args), 1e-5, args)
     x = data(rng, (2, 3, 32, 48))
     g = data(rng, (2, 3, 2, 3))  # cells of 16 x 16 that tile the plane
+    assert_close(clpool.adaptive_avg_pool2d_backward(g, x),
+                 ref.adaptive_avg_pool2d_backward(g, x), 1e-5)
+    x = data(rng, (2, 3, 21, 70))
+    g = data(rng, (2, 3, 2, 3))  # overlapping cells of 11 x 24
     assert_close(clpool.adaptive_avg_pool2d_backward(g, x),
                  ref.adaptive_avg_pool2d_backward(g, x), 1e-5)
 
