@@ -219,18 +219,23 @@ def host_overhead_us(rt: Runtime, calls: int = 2000) -> dict[str, float]:
 
 def run(rt: Runtime, cases: Iterable[Case], repeats: int, with_torch: bool = True
         ) -> Iterator[dict]:
-    """Time every case; yields one result row per case."""
+    """Time every case; yields one result row per case. PyTorch on a CPU runs as many
+    threads as the OpenCL device has compute units."""
     where = torch_device(rt) if with_torch else None
     if where is not None:
         import torch
 
         torch.backends.cudnn.benchmark = True
+        if where == "cpu":
+            torch.set_num_threads(rt.device.max_compute_units)
     for case in cases:
         us, nbytes = time_clpool(case, rt, repeats)
         row = dict(op=case.op, shape=list(case.shape), params=case.label, us=us,
                    bytes=nbytes, gbps=nbytes / us / 1e3)
         if where is not None:
             row["torch"] = where
+            if where == "cpu":
+                row["torch_threads"] = torch.get_num_threads()
             row["torch_us"] = time_torch(case, where, repeats)
             row["speedup"] = row["torch_us"] / us
         yield row
