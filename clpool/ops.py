@@ -185,22 +185,27 @@ class _Call:
         self.index_bits = 64
         self.options: tuple[str, ...] = ()
         self.rows = self.cols = 1
+        self.by_plane = False
 
-    def specialize(self, tuned_as: str, planes: tuple[int, ...],
+    def specialize(self, tuned_as: str, extents: tuple[int, ...],
                    win: shapes.Window | None = None, width: int | None = None,
-                   up_to: int = SPECIALIZE_UP_TO) -> None:
-        """Choose the build variant: the tile per work-item tuned for kernel `tuned_as`,
-        64-bit in-plane offsets and areas for a plane or window of 2^31 elements or more,
-        and the window sizes as constants for a small window (sides up to `up_to`), or a
-        backward one whose windows overlap at most twice (CLPOOL_SPECIALIZE=0 turns that
-        off).
+                   up_to: int = SPECIALIZE_UP_TO, planes: int | None = None) -> None:
+        """Choose the build variant: the tile per work-item tuned for kernel `tuned_as`
+        (none for an op with a per-plane kernel, given its number of `planes`, where
+        per_plane() says it runs that), 64-bit in-plane offsets and areas for planes or a
+        window of 2^31 elements or more (`extents`: the input's and the output's plane
+        sizes), and the window sizes as constants for a small window (sides up to
+        `up_to`), or a backward one whose windows overlap at most twice
+        (CLPOOL_SPECIALIZE=0 turns that off).
 
         On a GPU the loops over such a window unroll, and a forward kernel passes its
         input `width`: a small window whose tiles start at multiples of four columns of a
         row of a multiple of four then loads rows as vectors."""
-        self.rows, self.cols = tile(self.rt.device, tuned_as, win)
+        self.by_plane = planes is not None and per_plane(self.rt.device, self.dtype, planes)
+        # No tile per plane: for most windows, a backward op runs in its forward's program.
+        self.rows, self.cols = (1, 1) if self.by_plane else tile(self.rt.device, tuned_as, win)
         area = win.kh * win.kw if win is not None else 0
-        options = ["-DCLPOOL_LARGE_PLANE"] if max(*planes, area) >= 2**31 else []
+        options = ["-DCLPOOL_LARGE_PLANE"] if max(*extents, area) >= 2**31 else []
         # A backward kernel loops over the windows reaching an element, not over taps, so a
         # large window with a large stride unrolls small (2x for adaptive backward on CPU).
         small = win is not None and (max(win.kh, win.kw) <= up_to or (
@@ -232,14 +237,11 @@ class _Call:
             cl.kernel_work_group_info.WORK_GROUP_SIZE, self.rt.device)
         return 1 << (max(1, min(want, GROUP, fits)).bit_length() - 1)
 
-    def launch_by_plane(self, name: str, planes: int, sizes: tuple[int, ...],
-                        *args: object) -> None:
-        """Launch kernel `name` over `sizes`, or its `_plane` variant over the planes where
-        per_plane() says so."""
-        if per_plane(self.rt.device, self.dtype, planes):
-            # No tile: for most windows, the program the forward op built.
-            self.rows = self.cols = 1
-            self.launch(f"{name}_plane", (planes,), *args, local=(1,))
+    def launch_by_plane(self, name: str, sizes: tuple[int, ...], *args: object) -> None:
+        """Launch kernel `name` over `sizes` (cols, rows, planes), or its `_plane` variant
+        over the planes where specialize() chose that."""
+        if self.by_plane:
+            self.launch(f"{name}_plane", sizes[2:], *args, local=(1,))
         else:
             self.launch(name, sizes, *args)
 
@@ -326,7 +328,7 @@ def _max_forward(label: str, x: Tensor, kernel_size, stride, padding, dilation, 
         call.index_bits = _index_bits(index_dtype)
         _check_index_range(call.index_bits, h * w)
         call.specialize("max_pool2d_forward" if with_indices else "max_pool2d_values",
-                        (h * w, win.oh * win.ow), win, w)
+                        (h * w, win.oh * win.ow), win, w, planes=n * c)
         out_shape = (n, c, win.oh, win.ow)
         out = call.empty(out_shape)
         if with_indices:
@@ -335,7 +337,7 @@ def _max_forward(label: str, x: Tensor, kernel_size, stride, padding, dilation, 
             indices = out  # a placeholder the kernel never touches
             call.options += ("-DCLPOOL_NO_INDICES",)
         if out.size:
-            call.launch_by_plane("max_pool2d_forward", n * c, (win.ow, win.oh, n * c),
+            call.launch_by_plane("max_pool2d_forward", (win.ow, win.oh, n * c),
                                  call.input(0), out, indices, h, w, win.oh, win.ow,
                                  *win.args())
         batched = call.arrays[0].ndim == 4
@@ -390,11 +392,11 @@ def max_pool2d_with_indices_backward(grad_output: Tensor, x: Tensor, indices: Te
                           f"indices must be int64 or int32, got {index_dtype.name}")
         call.index_bits = INDEX_BITS[index_dtype]
         _check_index_range(call.index_bits, h * w)
-        call.specialize("max_pool2d_backward", (h * w, win.oh * win.ow), win)
+        call.specialize("max_pool2d_backward", (h * w, win.oh * win.ow), win, planes=n * c)
         grad_x = call.empty((n, c, h, w))
         if grad_x.size:
-            call.launch_by_plane("max_pool2d_backward", n * c, (w, h, n * c), call.input(0),
-                          call.input(2), grad_x, h, w, win.oh, win.ow, *win.args())
+            call.launch_by_plane("max_pool2d_backward", (w, h, n * c), call.input(0),
+                                 call.input(2), grad_x, h, w, win.oh, win.ow, *win.args())
         return call.result(grad_x, call.arrays[1].ndim == 4)
 
 
@@ -412,10 +414,10 @@ def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool =
         win = _avg_window(h, w, kernel_size, stride, padding, ceil_mode)
         include_pad = shapes.flag(count_include_pad, "count_include_pad")
         div = shapes.avg_divisor((h, w), win, include_pad, shapes.divisor(divisor_override))
-        call.specialize("avg_pool2d_forward", (h * w, win.oh * win.ow), win, w)
+        call.specialize("avg_pool2d_forward", (h * w, win.oh * win.ow), win, w, planes=n * c)
         out = call.empty((n, c, win.oh, win.ow))
         if out.size:
-            call.launch_by_plane("avg_pool2d_forward", n * c, (win.ow, win.oh, n * c),
+            call.launch_by_plane("avg_pool2d_forward", (win.ow, win.oh, n * c),
                                  call.input(0), out, h, w, win.oh, win.ow, *win.avg_args(),
                                  int(include_pad), div)
         return call.result(out, call.arrays[0].ndim == 4)
@@ -433,11 +435,12 @@ def avg_pool2d_backward(grad_output: Tensor, x: Tensor, kernel_size, stride=None
         div = shapes.avg_divisor((h, w), win, include_pad, shapes.divisor(divisor_override))
         shapes.expect_shape("grad_output", call.arrays[0].shape,
                             call.arrays[1].shape[:-2] + (win.oh, win.ow))
-        call.specialize("avg_pool2d_backward", (h * w, win.oh * win.ow), win)
+        call.specialize("avg_pool2d_backward", (h * w, win.oh * win.ow), win, planes=n * c)
         grad_x = call.empty((n, c, h, w))
         if grad_x.size:
-            call.launch_by_plane("avg_pool2d_backward", n * c, (w, h, n * c), call.input(0), grad_x,
-                          h, w, win.oh, win.ow, *win.avg_args(), int(include_pad), div)
+            call.launch_by_plane("avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
+                                 h, w, win.oh, win.ow, *win.avg_args(), int(include_pad),
+                                 div)
         return call.result(grad_x, call.arrays[1].ndim == 4)
 
 
@@ -507,12 +510,13 @@ def adaptive_avg_pool2d_backward(grad_output: Tensor, x: Tensor, *,
         if grad_x.size and win is not None:
             # Equal cells that tile the plane: the average pooling backward of that window.
             call.family = "avg"
-            call.specialize("adaptive_avg_pool2d_backward equal", (h * w, oh * ow), win)
-            call.launch_by_plane("avg_pool2d_backward", n * c, (w, h, n * c), call.input(0), grad_x,
-                          h, w, oh, ow, *win.avg_args(), 1,
-                          shapes.avg_divisor((h, w), win, True, 0))
+            call.specialize("adaptive_avg_pool2d_backward equal", (h * w, oh * ow), win,
+                            planes=n * c)
+            call.launch_by_plane("avg_pool2d_backward", (w, h, n * c), call.input(0), grad_x,
+                                 h, w, oh, ow, *win.avg_args(), 1,
+                                 shapes.avg_divisor((h, w), win, True, 0))
         elif grad_x.size:
-            call.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow))
-            call.launch_by_plane("adaptive_avg_pool2d_backward", n * c, (w, h, n * c),
+            call.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow), planes=n * c)
+            call.launch_by_plane("adaptive_avg_pool2d_backward", (w, h, n * c),
                                  call.input(0), grad_x, h, w, oh, ow)
         return call.result(grad_x, fwd.ndim == 4)

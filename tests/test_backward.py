@@ -79,21 +79,28 @@ def test_wide_windows_match_reference(path):
                  ref.adaptive_avg_pool2d_backward(g, x), 1e-5)
 
 
-def test_per_plane_backward_runs_in_its_forward_program(monkeypatch, build_options):
+def test_per_plane_backward_runs_in_its_forward_program(monkeypatch, build_options,
+                                                         device):
     """One work-item per plane takes no tile, so a backward asks for the program its
-    forward op built (one build fewer per window on a CPU)."""
+    forward op built (one build fewer per window on a CPU), also for the copy of a strided
+    device gradient."""
     monkeypatch.setattr(ops, "on_gpu", lambda device: False)
     monkeypatch.setattr(ops, "per_plane", lambda device, dtype, planes: True)
+    context = cl.Context([device])
+    queue = cl.CommandQueue(context)
     rng = np.random.default_rng(2250)
-    x = data(rng, (2, 3, 9, 10))
+    x = cla.to_device(queue, data(rng, (2, 3, 9, 10)))
     out, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1)
+    grad = cla.to_device(queue, data(rng, (2, 6) + out.shape[2:]))[:, ::2]  # strided
     asked = len(build_options)
-    clpool.max_pool2d_with_indices_backward(data(rng, out.shape), x, idx, 3, 2, 1)
+    clpool.max_pool2d_with_indices_backward(grad, x, idx, 3, 2, 1)
     assert set(build_options[asked:]) == {build_options[asked - 1]}
     out = clpool.avg_pool2d(x, (2, 3), 2)
+    grad = cla.to_device(queue, data(rng, (2, 6) + out.shape[2:]))[:, ::2]
     asked = len(build_options)
-    clpool.avg_pool2d_backward(data(rng, out.shape), x, (2, 3), 2)
+    clpool.avg_pool2d_backward(grad, x, (2, 3), 2)
     assert set(build_options[asked:]) == {build_options[asked - 1]}
+    del context
 
 
 def test_backward_matches_torch_autograd(path, device):
