@@ -3,11 +3,16 @@
  * it to every window that covers it; the backward loads each candidate window (and
  * computes its divisor) once for all of them. */
 
+/* The sizes every average pooling kernel takes: the plane's, the output's, the window's in
+ * the order of shapes.Window.avg_args(), then the divisor rule. A kernel and its `_plane`
+ * twin take the same arguments. */
+#define AVG_POOL_SIZES                                                              \
+    int H, int W, int OH, int OW, int kh, int kw, int sh, int sw, int ph, int pw,     \
+    int count_include_pad, int divisor_override
+
 __kernel void avg_pool2d_forward(__global const elem_t *restrict x,
                                  __global elem_t *restrict out,
-                                 int H, int W, int OH, int OW,
-                                 int kh, int kw, int sh, int sw, int ph, int pw,
-                                 int count_include_pad, int divisor_override)
+                                 AVG_POOL_SIZES)
 {
     int dh = 1, dw = 1;
     FIX_WINDOW();
@@ -75,9 +80,7 @@ inline void avg_window16(__global const elem_t *xp, __global elem_t *out, long o
 /* The forward for a CPU, as max_pool2d_forward_plane. */
 __kernel void avg_pool2d_forward_plane(__global const elem_t *restrict x,
                                        __global elem_t *restrict out,
-                                       int H, int W, int OH, int OW,
-                                       int kh, int kw, int sh, int sw, int ph, int pw,
-                                       int count_include_pad, int divisor_override)
+                                       AVG_POOL_SIZES)
 {
     int dh = 1, dw = 1;
     FIX_WINDOW();
@@ -98,9 +101,7 @@ __kernel void avg_pool2d_forward_plane(__global const elem_t *restrict x,
 /* grad_x[i] = sum over the windows containing i of grad_out / that window's divisor. */
 __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
                                   __global elem_t *restrict grad_x,
-                                  int H, int W, int OH, int OW,
-                                  int kh, int kw, int sh, int sw, int ph, int pw,
-                                  int count_include_pad, int divisor_override)
+                                  AVG_POOL_SIZES)
 {
     int dh = 1, dw = 1;
     FIX_WINDOW();
@@ -152,9 +153,7 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
  * project's CPU (k3 s2 of [8,64,112,112]: 3.87 against 3.49 ms). */
 __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out,
                                         __global elem_t *restrict grad_x,
-                                        int H, int W, int OH, int OW,
-                                        int kh, int kw, int sh, int sw, int ph, int pw,
-                                        int count_include_pad, int divisor_override)
+                                        AVG_POOL_SIZES)
 {
     int dh = 1, dw = 1;
     FIX_WINDOW();

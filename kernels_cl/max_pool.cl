@@ -4,6 +4,12 @@
  * loading each candidate window once for all rows: 713 against 1,161 us on
  * [128,64,128,128] k3 s1), each candidate window once for the work-item's columns. */
 
+/* The sizes every max pooling kernel takes: the plane's, the output's, then the window's
+ * in the order of shapes.Window.args(). A kernel and its `_plane` twin take the same
+ * arguments. */
+#define MAX_POOL_SIZES                                                              \
+    int H, int W, int OH, int OW, int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw
+
 /* Fold tap v at `at` into (best, best_i): NaN wins (the last NaN in window order keeps
  * its index, as in PyTorch), ties keep the first element in row-major window order,
  * and the first tap inside the plane sets the index. */
@@ -32,9 +38,7 @@
 __kernel void max_pool2d_forward(__global const elem_t *restrict x,
                                  __global elem_t *restrict out,
                                  __global index_t *restrict indices,
-                                 int H, int W, int OH, int OW,
-                                 int kh, int kw, int sh, int sw,
-                                 int ph, int pw, int dh, int dw)
+                                 MAX_POOL_SIZES)
 {
     FIX_WINDOW();
     FORWARD_TILE(oh0, ow0, OH, OW);
@@ -138,9 +142,7 @@ inline void max_window16(__global const elem_t *xp, __global elem_t *out,
 __kernel void max_pool2d_forward_plane(__global const elem_t *restrict x,
                                        __global elem_t *restrict out,
                                        __global index_t *restrict indices,
-                                       int H, int W, int OH, int OW,
-                                       int kh, int kw, int sh, int sw,
-                                       int ph, int pw, int dh, int dw)
+                                       MAX_POOL_SIZES)
 {
     FIX_WINDOW();
     long plane = get_global_id(0);
@@ -163,9 +165,7 @@ __kernel void max_pool2d_forward_plane(__global const elem_t *restrict x,
 __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
                                   __global const index_t *restrict indices,
                                   __global elem_t *restrict grad_x,
-                                  int H, int W, int OH, int OW,
-                                  int kh, int kw, int sh, int sw,
-                                  int ph, int pw, int dh, int dw)
+                                  MAX_POOL_SIZES)
 {
     FIX_WINDOW();
     int iw0 = get_global_id(0) * CLPOOL_COLS;
@@ -209,9 +209,7 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
 __kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out,
                                         __global const index_t *restrict indices,
                                         __global elem_t *restrict grad_x,
-                                        int H, int W, int OH, int OW,
-                                        int kh, int kw, int sh, int sw,
-                                        int ph, int pw, int dh, int dw)
+                                        MAX_POOL_SIZES)
 {
     FIX_WINDOW();
     long plane = get_global_id(0);
