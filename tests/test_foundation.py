@@ -647,7 +647,11 @@ def test_python_dash_m_clpool_devices(tmp_path):
     as_json = subprocess.run([sys.executable, "-m", "clpool", "devices", "--json"],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert as_json.returncode == 0, as_json.stderr
-    assert json.loads(as_json.stdout) == [d.as_dict() for d in clpool.devices()]
+    listed, here = json.loads(as_json.stdout), [d.as_dict() for d in clpool.devices()]
+    # PoCL's global memory size is not fixed: on the H200 host two processes saw different
+    # sizes. Every other field must match
+    assert [{**d, "global_mem": d["global_mem"] > 0} for d in listed] == \
+        [{**d, "global_mem": True} for d in here]
     script = os.path.join(os.path.dirname(sys.executable), "clpool")
     if os.path.exists(script):
         via_script = subprocess.run([script, "devices", "--json"], cwd=tmp_path, env=env,
