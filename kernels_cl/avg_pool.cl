@@ -63,8 +63,8 @@ inline void avg_window(__global const elem_t *xp, __global elem_t *out, long o, 
                                            divisor_override));
 }
 
-/* avg_window for the 16 windows starting at (hs, ws + k * sw), k < 16, of stride 1 or 2,
- * whose columns all lie inside the row, as 16-lane vectors: they share a divisor. */
+/* avg_window for the 16 windows starting at (hs, ws + k * sw), k < 16, whose columns all
+ * lie inside the row, as 16-lane vectors: they share a divisor. */
 inline void avg_window16(__global const elem_t *xp, __global elem_t *out, long o, int H,
                          int W, int hs, int ws, int kh, int kw, int sw, int ph, int pw,
                          int count_include_pad, int divisor_override)
@@ -72,7 +72,7 @@ inline void avg_window16(__global const elem_t *xp, __global elem_t *out, long o
     acc16_t sum = 0;
     for (int h = max(hs, 0); h < min(hs + kh, H); ++h)
         for (int j = 0; j < kw; ++j)
-            sum += LOAD16_STRIDED(xp, (pos_t)h * W + ws + j, sw);
+            sum += load16_strided(xp, (pos_t)h * W + ws + j, sw);
     STORE16(out, o, sum / (acc_t)avg_divisor(hs, ws, kh, kw, H, W, ph, pw, count_include_pad,
                                              divisor_override));
 }

@@ -181,12 +181,21 @@ inline window_range windows_reaching(int i0, int n, int size, int s, int p, int 
     return r;
 }
 
-/* 16 elements from p[i] on: consecutive ones (s == 1), or every other one of 32 (s == 2;
- * a shuffle, as `.even` of the two halves crashes Oclgrind 21.10's uninitialized-value
- * checks). */
+/* p[i], p[i + s], .. p[i + 15 * s] as a vector: one load (s == 1), two and a shuffle
+ * (s == 2; `.even` of the two halves crashes Oclgrind 21.10's uninitialized-value
+ * checks), or 16 loads. */
 #define EVEN_LANES (lanes16_t)(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
-#define LOAD16_STRIDED(p, i, s) \
-    ((s) == 1 ? LOAD16(p, i) : shuffle2(LOAD16(p, i), LOAD16(p, (i) + 16), EVEN_LANES))
+inline acc16_t load16_strided(__global const elem_t *p, pos_t i, int s)
+{
+    if (s == 1)
+        return LOAD16(p, i);
+    if (s == 2)
+        return shuffle2(LOAD16(p, i), LOAD16(p, i + 16), EVEN_LANES);
+    acc_t lane[16];
+    for (int k = 0; k < 16; ++k)
+        lane[k] = LOAD(p, i + k * s);
+    return vload16(0, lane);
+}
 
 /* The per-plane forward kernels' walk over the outputs of a row: ONE for output ow, and
  * SIXTEEN for outputs ow .. ow + 15 from ow = `first` up to `last` (the last 16 may
@@ -210,11 +219,12 @@ inline window_range windows_reaching(int i0, int n, int size, int s, int p, int 
     }
 
 /* The first and last output of a row from which 16 windows (stride s, padding p, extent
- * span) read only columns 0 .. W - 1 with LOAD16_STRIDED; first > last where none do. */
+ * span) read only columns 0 .. W - 1 with load16_strided (a stride of 2 loads one column
+ * past its last window); first > last where none do. */
 inline int2 vector_outputs(int W, int OW, int s, int p, int span)
 {
     int reach = W + p - span + 1 - 16 * s;
-    return (int2)((p + s - 1) / s, s <= 2 && reach >= 0 ? min(reach / s, OW - 16) : -1);
+    return (int2)((p + s - 1) / s, reach >= 0 ? min(reach / s, OW - 16) : -1);
 }
 
 /* p[row + w0 .. row + w1) += v, or = 0 + v (not v, which may be -0) when `fresh`: the

@@ -57,8 +57,9 @@ def test_avg_matches_reference(variant):
 
 
 # (input shape, max_pool2d arguments, avg_pool2d arguments): rows of 16 outputs or more,
-# which the per-plane kernels take 16 at a time for strides 1 and 2 (with a last 16
-# overlapping the ones before, or exactly 16), the rows' edges and other strides one by one
+# which the per-plane kernels take 16 at a time (a stride of 1 in one load, of 2 in two,
+# others in 16; with a last 16 overlapping the ones before, or exactly 16), the rows'
+# edges one by one
 WIDE_ROWS = [
     ((2, 3, 9, 47), (3, 2, 1), (3, 2, 1, False, True)),
     ((2, 3, 7, 34), (3, 2, 1), (3, 2, 1, True, False)),
@@ -68,6 +69,9 @@ WIDE_ROWS = [
                                                              True, 5)),
     ((2, 3, 8, 60), ((2, 3), (2, 1), (0, 1), (1, 2)), ((2, 3), (2, 1), (0, 1))),
     ((1, 4, 5, 70), (3, 3, 1), (3, 3, 1)),
+    ((1, 3, 12, 90), (11, 4), (11, 4)),
+    ((1, 3, 13, 100), ((5, 7), (2, 5), (2, 3), (1, 2), True), ((5, 7), (2, 5), (2, 3), True,
+                                                               False)),
     ((1, 4, 5, 15), (3, 1, 1), (3, 1, 1)),
 ]
 
