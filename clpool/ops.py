@@ -209,7 +209,7 @@ class _Call:
         # A backward kernel loops over the windows reaching an element, not over taps, so a
         # large window with a large stride unrolls small (2x for adaptive backward on CPU).
         small = win is not None and (max(win.kh, win.kw) <= up_to or (
-            tuned_as.endswith("backward") and max(win.kh / win.sh, win.kw / win.sw) <= 2))
+            "backward" in tuned_as and max(win.kh / win.sh, win.kw / win.sw) <= 2))
         if small and os.environ.get("CLPOOL_SPECIALIZE", "1") != "0":
             sizes = zip(("KH", "KW", "SH", "SW", "DH", "DW"),
                         (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw), strict=True)

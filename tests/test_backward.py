@@ -79,6 +79,18 @@ def test_wide_windows_match_reference(path):
                  ref.adaptive_avg_pool2d_backward(g, x), 1e-5)
 
 
+def test_backward_of_windows_overlapping_at_most_twice_builds_their_sizes(build_options):
+    """A backward loops over the windows reaching an element, so large windows that overlap
+    at most twice build with their sizes as constants: the average backward's and adaptive
+    pooling's with equal cells."""
+    rng = np.random.default_rng(2260)
+    x = data(rng, (1, 2, 112, 112))
+    clpool.adaptive_avg_pool2d_backward(data(rng, (1, 2, 2, 2)), x)  # cells of 56 x 56
+    assert any("-DCLPOOL_KH=56" in opts and "-DCLPOOL_SW=56" in opts for opts in build_options)
+    clpool.avg_pool2d_backward(data(rng, (1, 2, 10, 10)), x, 20, 10, 0)
+    assert any("-DCLPOOL_KH=20" in opts and "-DCLPOOL_SW=10" in opts for opts in build_options)
+
+
 def test_per_plane_backward_runs_in_its_forward_program(monkeypatch, build_options,
                                                          device):
     """One work-item per plane takes no tile, so a backward asks for the program its
