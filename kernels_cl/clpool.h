@@ -219,11 +219,11 @@ inline acc16_t load16_strided(__global const elem_t *p, pos_t i, int s)
     }
 
 /* The first and last output of a row from which 16 windows (stride s, padding p, extent
- * span) read only columns 0 .. W - 1 with load16_strided (a stride of 2 loads one column
- * past its last window); first > last where none do. */
+ * span) read only columns 0 .. W - 1 with load16_strided (which, for a stride of 2, loads
+ * one column past the last window); first > last where none do. */
 inline int2 vector_outputs(int W, int OW, int s, int p, int span)
 {
-    int reach = W + p - span + 1 - 16 * s;
+    int reach = W + p - span - 15 * s - (s == 2);
     return (int2)((p + s - 1) / s, reach >= 0 ? min(reach / s, OW - 16) : -1);
 }
 
