@@ -8,13 +8,14 @@ STAMP := $(VENV)/.clpool-installed
 
 install: $(STAMP)
 
-# PoCL from PyPI cannot compile for CPUs newer than its LLVM 14 (e.g. AMD Zen 5): when no
-# device builds a kernel, add Intel's CPU OpenCL runtime from PyPI (the `intel` extra).
+# PoCL from PyPI cannot compile for some CPUs (AMD Zen 5: no target; see RELIABILITY.md):
+# when clpool verifies no device (a canary of every kernel, in a child process), add
+# Intel's CPU OpenCL runtime from PyPI (the `intel` extra).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[pocl,test,dev]'
-	$(BIN)/python -c 'import sys, clpool.discovery as d; sys.exit(not any(map(d.can_build, d.cl_devices())))' \
+	$(BIN)/python -c 'import sys, clpool; sys.exit(not any(d.default for d in clpool.devices(verified=True)))' \
 	  || $(BIN)/python -m pip install -q -e '.[pocl,intel,test,dev]'
 	$(BIN)/clpool devices
 	touch $(STAMP)

@@ -1,5 +1,6 @@
 """clpool: the 2-D pooling ops of PyTorch as OpenCL C kernels, on any OpenCL device."""
 
+from ._version import __version__ as __version__
 from .discovery import DeviceInfo, devices
 from .errors import KernelError, PoolArgumentError, PoolError, UnsupportedDtypeError
 from .ops import (
@@ -12,8 +13,6 @@ from .ops import (
     max_pool2d_with_indices,
     max_pool2d_with_indices_backward,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DeviceInfo",

@@ -17,8 +17,13 @@ from . import ops
 from .discovery import Runtime
 
 OPS = (
-    "max_pool2d", "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
-    "avg_pool2d", "avg_pool2d_backward", "adaptive_avg_pool2d", "adaptive_avg_pool2d_backward",
+    "max_pool2d",
+    "max_pool2d_with_indices",
+    "max_pool2d_with_indices_backward",
+    "avg_pool2d",
+    "avg_pool2d_backward",
+    "adaptive_avg_pool2d",
+    "adaptive_avg_pool2d_backward",
 )
 WINDOWED = OPS[:5]
 # (shape, window) of the default sweep: f32 NCHW, sizes for a GPU; a CPU gets N / 4.
@@ -46,8 +51,9 @@ class Case:
         return f"k{p['kernel_size']} s{p['stride']} p{p['padding']}"
 
 
-def default_cases(cpu: bool, ops_wanted: tuple[str, ...] = OPS,
-                  shape: tuple[int, ...] | None = None) -> list[Case]:
+def default_cases(
+    cpu: bool, ops_wanted: tuple[str, ...] = OPS, shape: tuple[int, ...] | None = None
+) -> list[Case]:
     """The default sweep (or every op on one given shape with k3 s2 p1)."""
     shapes = SHAPES if shape is None else ((tuple(shape), SHAPES[0][1]),)
     if cpu and shape is None:
@@ -56,8 +62,12 @@ def default_cases(cpu: bool, ops_wanted: tuple[str, ...] = OPS,
     for i, (s, window) in enumerate(shapes):
         cases += [Case(op, s, dict(window)) for op in WINDOWED if op in ops_wanted]
         if i < 2 or shape is not None:
-            cases += [Case(op, s, dict(output_size=o)) for o in ADAPTIVE_OUTPUTS
-                      for op in OPS[5:] if op in ops_wanted]
+            cases += [
+                Case(op, s, dict(output_size=o))
+                for o in ADAPTIVE_OUTPUTS
+                for op in OPS[5:]
+                if op in ops_wanted
+            ]
     return cases
 
 
@@ -139,10 +149,12 @@ def _torch_call(case: Case, t: dict) -> Callable[[], object]:
         "max_pool2d": lambda: F.max_pool2d(t["x"], k, s, pad),
         "max_pool2d_with_indices": lambda: F.max_pool2d(t["x"], k, s, pad, return_indices=True),
         "max_pool2d_with_indices_backward": lambda: aten.max_pool2d_with_indices_backward(
-            t["grad_output"], t["x"], k, s, pad, [1, 1], False, t["indices"]),
+            t["grad_output"], t["x"], k, s, pad, [1, 1], False, t["indices"]
+        ),
         "avg_pool2d": lambda: F.avg_pool2d(t["x"], k, s, pad),
         "avg_pool2d_backward": lambda: aten.avg_pool2d_backward(
-            t["grad_output"], t["x"], k, s, pad, False, True, None),
+            t["grad_output"], t["x"], k, s, pad, False, True, None
+        ),
     }[case.op]
 
 
@@ -170,7 +182,8 @@ def time_torch(case: Case, where: str, repeats: int) -> float:
     if case.op == "max_pool2d_with_indices_backward":
         p = case.params
         t["indices"] = torch.nn.functional.max_pool2d(
-            x, p["kernel_size"], p["stride"], p["padding"], return_indices=True)[1]
+            x, p["kernel_size"], p["stride"], p["padding"], return_indices=True
+        )[1]
     call = _torch_call(case, t)
     samples = []
     for i in range(repeats + 3):
@@ -213,12 +226,14 @@ def host_overhead_us(rt: Runtime, calls: int = 2000) -> dict[str, float]:
         empty(rt.queue, (1,), None, x.data)
     rt.queue.finish()
     bare = (time.perf_counter() - t0) / calls
-    return dict(host_call_us=wall * 1e6, host_call_kernel_us=kernel * 1e6,
-                bare_enqueue_us=bare * 1e6)
+    return dict(
+        host_call_us=wall * 1e6, host_call_kernel_us=kernel * 1e6, bare_enqueue_us=bare * 1e6
+    )
 
 
-def run(rt: Runtime, cases: Iterable[Case], repeats: int, with_torch: bool = True
-        ) -> Iterator[dict]:
+def run(
+    rt: Runtime, cases: Iterable[Case], repeats: int, with_torch: bool = True
+) -> Iterator[dict]:
     """Time every case; yields one result row per case. PyTorch on a CPU runs as many
     threads as the OpenCL device has compute units."""
     where = torch_device(rt) if with_torch else None
@@ -230,8 +245,14 @@ def run(rt: Runtime, cases: Iterable[Case], repeats: int, with_torch: bool = Tru
             torch.set_num_threads(rt.device.max_compute_units)
     for case in cases:
         us, nbytes = time_clpool(case, rt, repeats)
-        row = dict(op=case.op, shape=list(case.shape), params=case.label, us=us,
-                   bytes=nbytes, gbps=nbytes / us / 1e3)
+        row = dict(
+            op=case.op,
+            shape=list(case.shape),
+            params=case.label,
+            us=us,
+            bytes=nbytes,
+            gbps=nbytes / us / 1e3,
+        )
         if where is not None:
             row["torch"] = where
             if where == "cpu":

@@ -79,8 +79,7 @@ def _cases(dtype: np.dtype) -> dict[str, list[dict]]:
     special[2, :2, :2] = -np.inf
     max_cases = [
         dict(x=data(2, 3, 10, 9), args=(3, 2, 1, 1, True)),
-        dict(x=data(1, 2, 7, 8), args=((2, 3), (1, 2), (1, 1), (2, 1), False),
-             index_dtype="int32"),
+        dict(x=data(1, 2, 7, 8), args=((2, 3), (1, 2), (1, 1), (2, 1), False), index_dtype="int32"),
         dict(x=special, args=(2, 1, 0, 1, False)),
         dict(x=data(1, 2, 3, 3), args=(2, 2, 1, 5, True)),  # windows that miss the plane
     ]
@@ -106,8 +105,13 @@ def _grad(case: dict, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.random.default_rng(case["seed"]).standard_normal(shape).astype(dtype)
 
 
-def _run(label: str, dtype: np.dtype, cases: list[dict], exact: bool,
-         one: Callable[[dict], list[tuple[np.ndarray, np.ndarray, bool]]]) -> Row:
+def _run(
+    label: str,
+    dtype: np.dtype,
+    cases: list[dict],
+    exact: bool,
+    one: Callable[[dict], list[tuple[np.ndarray, np.ndarray, bool]]],
+) -> Row:
     """Run `one` on every case; it returns (got, want, must_be_exact) triples."""
     tol = TOLERANCE[dtype.name]
     worst, mismatch, seconds = 0.0, "", 0.0
@@ -142,8 +146,9 @@ def run(device: object = None, dtype: object = "float32") -> list[Row]:
 
     def max_indices(c):
         kind = c.get("index_dtype", "int64")
-        got, got_i = ops.max_pool2d_with_indices(c["x"], *c["args"], index_dtype=kind,
-                                                 device=device)
+        got, got_i = ops.max_pool2d_with_indices(
+            c["x"], *c["args"], index_dtype=kind, device=device
+        )
         want, want_i = ref.max_pool2d_with_indices(c["x"], *c["args"])
         return [(got, want.astype(dt), True), (got_i, want_i.astype(kind), True)]
 
@@ -190,8 +195,17 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
     for r in rows:
         tol = "exact" if r.exact else f"{r.tolerance:g}"
         result = "pass" if r.passed else f"FAIL ({r.mismatch})"
-        out.append([r.op, r.dtype, str(r.cases), f"{r.error:.3g}", tol, result,
-                    f"{r.seconds * 1e3:.1f} ms"])
+        out.append(
+            [
+                r.op,
+                r.dtype,
+                str(r.cases),
+                f"{r.error:.3g}",
+                tol,
+                result,
+                f"{r.seconds * 1e3:.1f} ms",
+            ]
+        )
     return out
 
 

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-import sys
-import tempfile
 import threading
-import warnings
 from dataclasses import asdict, dataclass
 from functools import cache
 
-import numpy as np
 import pyopencl as cl
 
-from .errors import PoolArgumentError, Problem
+from . import icd, verify
+from .capabilities import has_fp16, has_fp64, query
+from .errors import KernelError, PoolArgumentError, Problem
 
 TYPE_NAMES = (
     (cl.device_type.GPU, "GPU"),
@@ -25,7 +22,7 @@ TYPE_NAMES = (
 
 @dataclass(frozen=True)
 class DeviceInfo:
-    """One OpenCL device and what it can do."""
+    """One OpenCL device, what it can do, and clpool's verdict on it."""
 
     index: int
     platform: str
@@ -33,95 +30,34 @@ class DeviceInfo:
     vendor: str
     type: str
     opencl_version: str
+    driver_version: str
     compute_units: int
     global_mem: int
     local_mem: int
     max_work_group_size: int
     fp16: bool
     fp64: bool
+    verdict: str  # verify.VERIFIED, FAILED or UNVERIFIED
+    reason: str  # why it failed, else ""
+    default: bool  # the device clpool chooses when told nothing
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def _query(device: cl.Device, attr: str, default):
-    try:
-        return getattr(device, attr)
-    except (cl.Error, AttributeError):
-        return default
-
-
-def _features(device: cl.Device) -> set[str]:
-    names = set(_query(device, "extensions", "").split())
-    for feature in _query(device, "opencl_c_features", []) or []:
-        names.add(feature.name)
-    return names
-
-
-def has_fp16(device: cl.Device) -> bool:
-    """True when the device has native half (cl_khr_fp16 or __opencl_c_fp16)."""
-    return bool({"cl_khr_fp16", "__opencl_c_fp16"} & _features(device))
-
-
-def has_fp64(device: cl.Device) -> bool:
-    """True when the device has double (cl_khr_fp64 or __opencl_c_fp64)."""
-    return bool({"cl_khr_fp64", "__opencl_c_fp64"} & _features(device))
-
-
-def fp16_storage_opt_in() -> bool:
-    """True when CLPOOL_FP16=storage allows half storage on a device without cl_khr_fp16."""
-    return os.environ.get("CLPOOL_FP16", "").strip().lower() == "storage"
 
 
 def type_name(device: cl.Device) -> str:
     return next((name for bit, name in TYPE_NAMES if device.type & bit), "OTHER")
 
 
-def register_prefix_runtimes() -> None:
-    """Let the ICD loader find OpenCL runtimes pip installed into this environment.
-
-    Wheels such as intel-opencl-rt put their library in <prefix>/lib and an .icd file in
-    <prefix>/etc/OpenCL/vendors that names a build-time path. When such a file exists and
-    OCL_ICD_VENDORS is unset, write corrected .icd files (and the system's own) to a
-    folder and point OCL_ICD_VENDORS there. PoCL from pyopencl[pocl] is found either way.
-    """
-    vendors = os.path.join(sys.prefix, "etc", "OpenCL", "vendors")
-    if "OCL_ICD_VENDORS" in os.environ or not os.path.isdir(vendors):
-        return
-    entries = {}
-    for folder in ("/etc/OpenCL/vendors", vendors):
-        if not os.path.isdir(folder):
-            continue
-        for name in sorted(os.listdir(folder)):
-            if not name.endswith(".icd"):
-                continue
-            with open(os.path.join(folder, name)) as f:
-                lib = f.read().strip()
-            local = os.path.join(sys.prefix, "lib", os.path.basename(lib))
-            if folder == vendors and not os.path.exists(lib) and os.path.exists(local):
-                lib = local
-            if os.path.exists(lib) or folder != vendors:
-                entries[name] = lib
-    if not any(lib.startswith(sys.prefix) for lib in entries.values()):
-        return
-    tag = hashlib.sha1(sys.prefix.encode()).hexdigest()[:12]
-    target = os.path.join(tempfile.gettempdir(), f"clpool-icd-{os.getuid()}-{tag}")
-    os.makedirs(target, exist_ok=True)
-    for name, lib in entries.items():
-        with open(os.path.join(target, name), "w") as f:
-            f.write(lib + "\n")
-    os.environ["OCL_ICD_VENDORS"] = target
-
-
 @cache
 def cl_devices() -> tuple[cl.Device, ...]:
-    """Every OpenCL device of every platform, in platform order."""
-    register_prefix_runtimes()
+    """Every OpenCL device of every platform, in the ICD loader's platform order."""
     found = []
     try:
         platforms = cl.get_platforms()
     except cl.Error:
         return ()
+    icd.warn_if_registered_too_late(len(platforms))
     for platform in platforms:
         try:
             found.extend(platform.get_devices())
@@ -130,8 +66,9 @@ def cl_devices() -> tuple[cl.Device, ...]:
     return tuple(found)
 
 
-def describe(device: cl.Device, index: int) -> DeviceInfo:
-    """The DeviceInfo of one OpenCL device."""
+def describe(device: cl.Device, index: int, default: bool = False) -> DeviceInfo:
+    """The DeviceInfo of one OpenCL device, with the verdict known now."""
+    verdict = verify.cached(device)
     return DeviceInfo(
         index=index,
         platform=device.platform.name.strip(),
@@ -139,60 +76,162 @@ def describe(device: cl.Device, index: int) -> DeviceInfo:
         vendor=device.vendor.strip(),
         type=type_name(device),
         opencl_version=device.version.strip(),
+        driver_version=query(device, "driver_version", "").strip(),
         compute_units=device.max_compute_units,
         global_mem=device.global_mem_size,
         local_mem=device.local_mem_size,
         max_work_group_size=device.max_work_group_size,
         fp16=has_fp16(device),
         fp64=has_fp64(device),
+        verdict=verdict.status,
+        reason=verdict.reason,
+        default=default,
     )
 
 
-def devices() -> list[DeviceInfo]:
-    """Every OpenCL device with its platform, type and capabilities."""
-    return [describe(d, i) for i, d in enumerate(cl_devices())]
+def devices(verified: bool = False) -> list[DeviceInfo]:
+    """Every OpenCL device with its platform, type, capabilities and verdict; with
+    `verified`, each device not yet verified is verified first (a child process each)."""
+    found = cl_devices()
+    if verified:
+        for i, d in enumerate(found):
+            verify.verify(d, i)
+    chosen = _default(found, run=False)
+    return [describe(d, i, d == chosen) for i, d in enumerate(found)]
 
 
-def _match(spec: object) -> cl.Device:
+def _default(found: tuple[cl.Device, ...], run: bool) -> cl.Device | None:
+    """The first verified GPU, else the first verified CPU (verifying candidates in that
+    order when `run`, else judging by the verdicts known now)."""
+    for bit in (cl.device_type.GPU, cl.device_type.CPU):
+        for i, d in enumerate(found):
+            if d.type & bit:
+                verdict = verify.verify(d, i) if run else verify.cached(d)
+                if verdict.status == verify.VERIFIED:
+                    return d
+    return None
+
+
+def _bad(reason: str) -> Problem:
+    return Problem(PoolArgumentError, reason)
+
+
+def _pick(spec: str, items: list, what: str, label=lambda item: item.name):
+    """The item of `items` named by `spec`: an index, or a case-insensitive piece of its
+    name."""
+    if spec.isdecimal() and spec.isascii():
+        i = int(spec)
+        if i < len(items):
+            return items[i]
+        raise _bad(f"{what} index {i} out of range (0..{len(items) - 1})")
+    for item in items:
+        if spec.lower() in label(item).lower():
+            return item
+    raise _bad(f"no OpenCL {what} matches {spec!r}")
+
+
+WORDS = {
+    "gpu": lambda d: bool(d.type & cl.device_type.GPU),
+    "cpu": lambda d: bool(d.type & cl.device_type.CPU),
+    "pocl": lambda d: "portable computing language" in d.platform.name.lower(),
+}
+
+
+def _match(spec: object, source: str) -> cl.Device:
+    """The device that `spec` names (see select); `source` says where spec came from."""
     found = cl_devices()
     if not found:
-        raise Problem(PoolArgumentError, "no OpenCL device found (install clpool[pocl] for a "
-                                         "CPU device)")
+        raise _bad("no OpenCL device found (install clpool[pocl] for a CPU device)")
     if isinstance(spec, cl.Device):
         return spec
     if isinstance(spec, DeviceInfo):
         spec = spec.index
-    if isinstance(spec, bool):
-        raise Problem(PoolArgumentError, f"device must be a pyopencl Device, an index or a "
-                                         f"name, got {spec!r}")
-    if isinstance(spec, int) or (isinstance(spec, str) and spec.strip().isdigit()):
-        i = int(spec)
-        if 0 <= i < len(found):
-            return found[i]
-        raise Problem(PoolArgumentError, f"device index {i} out of range (0..{len(found) - 1})")
-    if isinstance(spec, str):
-        key = spec.strip().lower()
-        for d in found:
-            if key in d.name.lower() or key in d.platform.name.lower():
-                return d
-        raise Problem(PoolArgumentError, f"no OpenCL device matches {spec!r}")
-    raise Problem(PoolArgumentError, f"device must be a pyopencl Device, an index or a name, "
-                                     f"got {spec!r}")
+    if isinstance(spec, bool) or not isinstance(spec, (int, str)):
+        raise _bad(
+            f"{source} must be a pyopencl Device, an index, 'platform:device', cpu, "
+            f"gpu, pocl or a name, got {spec!r}"
+        )
+    if isinstance(spec, int):
+        if 0 <= spec < len(found):
+            return found[spec]
+        raise _bad(f"device index {spec} out of range (0..{len(found) - 1})")
+    key = spec.strip()
+    if key.lower() in WORDS:
+        kind = [(i, d) for i, d in enumerate(found) if WORDS[key.lower()](d)]
+        if not kind:
+            raise _bad(f"no OpenCL device matches {spec!r}")
+        good = [d for i, d in kind if verify.verify(d, i).status == verify.VERIFIED]
+        return (good or [kind[0][1]])[0]
+    if ":" in key:
+        platform_spec, _, device_spec = key.partition(":")
+        platform = _pick(platform_spec.strip(), cl.get_platforms(), "platform")
+        return _pick(device_spec.strip() or "0", platform.get_devices(), "device")
+    if key.isdecimal() and key.isascii():
+        return _pick(key, list(found), "device")
+    for d in found:
+        if key.lower() in d.name.lower() or key.lower() in d.platform.name.lower():
+            return d
+    raise _bad(f"no OpenCL device matches {spec!r}")
+
+
+def _env(name: str) -> str | None:
+    """An environment variable's value, None when unset or blank."""
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def choose(spec: object = None) -> cl.Device:
+    """The device to run on: the one `spec` names (a pyopencl Device, an index
+    into devices(), "platform:device" indices into pyopencl.get_platforms(), the words cpu,
+    gpu or pocl, or a case-insensitive piece of the platform or device name); else the one
+    CLPOOL_DEVICE names (same forms); else PYOPENCL_CTX, in PyOpenCL's meaning; else the
+    first verified GPU, else the first verified CPU. A device whose canary failed is never
+    chosen by default; one named is returned as it is (see require)."""
+    if spec is not None:
+        device = _match(spec, "device")
+    elif (env := _env("CLPOOL_DEVICE")) is not None:
+        device = _in_env("CLPOOL_DEVICE", env)
+    elif (env := _env("PYOPENCL_CTX")) is not None:
+        device = _in_env("PYOPENCL_CTX", env if ":" in env else env + ":0")
+    else:
+        device = _default(cl_devices(), run=True)
+        if device is None:
+            raise Problem(
+                KernelError,
+                "no OpenCL device passed clpool's verification: "
+                + "; ".join(f"{d.name} ({d.platform}): {d.reason or d.verdict}" for d in devices())
+                + " (see `clpool devices`)",
+            )
+    return device
 
 
 def select(spec: object = None) -> cl.Device:
-    """The device named by `spec`, else by CLPOOL_DEVICE, else the first GPU, else the first
-    CPU, else the first device."""
-    if spec is None:
-        spec = os.environ.get("CLPOOL_DEVICE") or None
-    if spec is not None:
-        return _match(spec)
+    """The device choose() gives, once verified (require)."""
+    return require(choose(spec))
+
+
+def _in_env(name: str, value: str) -> cl.Device:
+    """The device an environment variable names; a bad value is an error naming it."""
+    try:
+        return _match(value, name)
+    except Problem as p:
+        raise _bad(f"{name}={value!r}: {p.reason}") from None
+
+
+def require(device: cl.Device) -> cl.Device:
+    """`device` once verified (verifying it first if needed); a KernelError if it failed."""
     found = cl_devices()
-    for bit in (cl.device_type.GPU, cl.device_type.CPU):
-        for d in found:
-            if d.type & bit:
-                return d
-    return _match(0)
+    index = found.index(device) if device in found else -1
+    if index < 0:
+        return device  # a device outside the listing (a sub-device): nothing to run it by
+    verdict = verify.verify(device, index)
+    if verdict.status == verify.FAILED:
+        raise Problem(
+            KernelError,
+            f"clpool refuses this device: {verdict.reason} "
+            f"(verdict cached in {verify.cache_file()})",
+        )
+    return device
 
 
 @dataclass(frozen=True)
@@ -215,25 +254,7 @@ def runtime(device: cl.Device) -> Runtime:
         if key not in _runtimes:
             context = cl.Context([device])
             queue = cl.CommandQueue(
-                context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+                context, properties=cl.command_queue_properties.PROFILING_ENABLE
+            )
             _runtimes[key] = Runtime(device, context, queue)
         return _runtimes[key]
-
-
-def can_build(device: cl.Device) -> bool:
-    """True when the device compiles and runs a trivial kernel (some CPU drivers list a
-    device whose compiler cannot target this processor)."""
-    try:
-        context = runtime(device).context
-        queue = runtime(device).queue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", cl.CompilerWarning)
-            program = cl.Program(context, "__kernel void k(__global int *a) { a[0] = 7; }")
-            program.build()
-        buf = cl.Buffer(context, cl.mem_flags.READ_WRITE, 4)
-        program.k(queue, (1,), None, buf)
-        out = np.zeros(1, np.int32)
-        cl.enqueue_copy(queue, out, buf)
-        return int(out[0]) == 7
-    except cl.Error:
-        return False

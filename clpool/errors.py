@@ -49,8 +49,9 @@ class Problem(Exception):
         self.extra = extra
 
 
-def fail(kind: type[PoolError], label: str, device: str, dtype: str, reason: str,
-         **extra: str) -> NoReturn:
+def fail(
+    kind: type[PoolError], label: str, device: str, dtype: str, reason: str, **extra: str
+) -> NoReturn:
     """The one handler: raise `kind` with the clpool message format."""
     raise kind(label, device, dtype, reason, **extra)
 
@@ -79,5 +80,10 @@ def reporting(label: str) -> Iterator[Where]:
     except (cl.Error, MemoryError) as e:
         fail(KernelError, label, where.device, str(where.dtype), f"launch failed: {e}")
     except Exception as e:  # a failure nothing above foresaw still leaves through `fail`
-        fail(KernelError, label, where.device, str(where.dtype),
-             f"unexpected {type(e).__name__}: {e}")
+        fail(
+            KernelError,
+            label,
+            where.device,
+            str(where.dtype),
+            f"unexpected {type(e).__name__}: {e}",
+        )

@@ -57,8 +57,19 @@ def kernels(context: cl.Context, name: str, options: tuple[str, ...]) -> dict[st
         return found
 
 
-def _build(context: cl.Context, name: str, text: str,
-           options: tuple[str, ...]) -> dict[str, cl.Kernel]:
+def kernel(context: cl.Context, name: str, options: tuple[str, ...], kernel: str) -> cl.Kernel:
+    """Kernel `kernel` of program `name` built with `options` on `context`."""
+    found = kernels(context, name, options).get(kernel)
+    if found is None:
+        raise Problem(KernelError, f"building {name} gave no kernel {kernel} (the driver's "
+                                   "build failed silently, or its cache holds a failed build)",
+                      options=" ".join(options))
+    return found
+
+
+def _build(
+    context: cl.Context, name: str, text: str, options: tuple[str, ...]
+) -> dict[str, cl.Kernel]:
     program = cl.Program(context, text)
     try:
         with warnings.catch_warnings():
@@ -66,6 +77,10 @@ def _build(context: cl.Context, name: str, text: str,
             program.build(options=list(options))
     except cl.Error as e:
         # PyOpenCL puts the build log of every device into the message.
-        raise Problem(KernelError, f"building {name} with {' '.join(options) or 'no options'} "
-                                   f"failed: {e}", log=str(e), options=" ".join(options)) from e
+        raise Problem(
+            KernelError,
+            f"building {name} with {' '.join(options) or 'no options'} failed: {e}",
+            log=str(e),
+            options=" ".join(options),
+        ) from e
     return {k.function_name: k for k in program.all_kernels()}

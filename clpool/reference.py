@@ -44,8 +44,7 @@ def pooled_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> i
 
 def _window_args(shape, kernel_size, stride, padding, dilation, ceil_mode):
     k, p, d = _pair(kernel_size), _pair(padding), _pair(dilation)
-    s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) \
-        else _pair(stride)
+    s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) else _pair(stride)
     h, w = shape[-2:]
     oh = pooled_size(h, k[0], s[0], p[0], d[0], ceil_mode)
     ow = pooled_size(w, k[1], s[1], p[1], d[1], ceil_mode)
@@ -55,15 +54,15 @@ def _window_args(shape, kernel_size, stride, padding, dilation, ceil_mode):
 # ---------------------------------------------------------------- max pooling
 
 
-def max_pool2d_with_indices(x, kernel_size, stride=None, padding=0, dilation=1,
-                            ceil_mode=False):
+def max_pool2d_with_indices(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
     """(values, int64 indices). ATen's CPU loop: padding is never read, start from -inf with
     the index of the window's first in-plane element, take v when v > best or v is NaN (so the
     last NaN wins, ties keep the first). A window with no element gives -inf and index -1."""
     xp = _planes(x)
     planes, h, w = xp.shape
     (kh, kw), (sh, sw), (ph, pw), (dh, dw), oh, ow = _window_args(
-        xp.shape, kernel_size, stride, padding, dilation, ceil_mode)
+        xp.shape, kernel_size, stride, padding, dilation, ceil_mode
+    )
     out = np.empty((planes, oh, ow))
     idx = np.empty((planes, oh, ow), np.int64)
     for i in range(oh):
@@ -88,8 +87,9 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     return max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)[0]
 
 
-def max_pool2d_with_indices_backward(grad_output, x, indices, kernel_size, stride=None,
-                                     padding=0, dilation=1, ceil_mode=False):
+def max_pool2d_with_indices_backward(
+    grad_output, x, indices, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False
+):
     """Adds each grad_output element to the input element its index names; an index that
     names no element of the plane is ignored."""
     shape = np.shape(x)
@@ -109,14 +109,16 @@ def max_pool2d_with_indices_backward(grad_output, x, indices, kernel_size, strid
 # ---------------------------------------------------------------- average pooling
 
 
-def _avg_windows(shape, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                 divisor_override):
+def _avg_windows(
+    shape, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+):
     """(oh, ow, cells): a cell (i, j, rows slice, cols slice, divisor) for every output
     element, as ATen computes them: the count_include_pad divisor is the window clipped to
     the padded input, and divisor_override wins."""
     h, w = shape[-2:]
     (kh, kw), (sh, sw), (ph, pw), _, oh, ow = _window_args(
-        shape, kernel_size, stride, padding, 1, ceil_mode)
+        shape, kernel_size, stride, padding, 1, ceil_mode
+    )
     cells = []
     for i in range(oh):
         h0 = i * sh - ph
@@ -136,24 +138,41 @@ def _avg_windows(shape, kernel_size, stride, padding, ceil_mode, count_include_p
     return oh, ow, cells
 
 
-def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False,
-               count_include_pad=True, divisor_override=None):
+def avg_pool2d(
+    x,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+):
     xp = _planes(x)
-    oh, ow, cells = _avg_windows(xp.shape, kernel_size, stride, padding, ceil_mode,
-                                 count_include_pad, divisor_override)
+    oh, ow, cells = _avg_windows(
+        xp.shape, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+    )
     out = np.zeros((xp.shape[0], oh, ow))
     for i, j, rows, cols, div in cells:
         out[:, i, j] = xp[:, rows, cols].sum(axis=(1, 2)) / div
     return _restore(out, np.shape(x))
 
 
-def avg_pool2d_backward(grad_output, x, kernel_size, stride=None, padding=0, ceil_mode=False,
-                        count_include_pad=True, divisor_override=None):
+def avg_pool2d_backward(
+    grad_output,
+    x,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+):
     """Adds grad / divisor to every input element of each window."""
     shape = np.shape(x)
     g = _planes(grad_output)
-    oh, ow, cells = _avg_windows(shape, kernel_size, stride, padding, ceil_mode,
-                                 count_include_pad, divisor_override)
+    oh, ow, cells = _avg_windows(
+        shape, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+    )
     assert g.shape[1:] == (oh, ow), "grad_output shape"
     grad = np.zeros((g.shape[0],) + tuple(shape[-2:]))
     for i, j, rows, cols, div in cells:

@@ -99,8 +99,16 @@ def flag(value: object, name: str) -> bool:
 MAX_TILE = 64
 
 
-def window(hw: tuple[int, int], kernel_size: object, stride: object, padding: object,
-           dilation: object, ceil_mode: object, *, family: str) -> Window:
+def window(
+    hw: tuple[int, int],
+    kernel_size: object,
+    stride: object,
+    padding: object,
+    dilation: object,
+    ceil_mode: object,
+    *,
+    family: str,
+) -> Window:
     """Check a max ("max") or average ("avg") pooling window against the input plane."""
     k = pair(kernel_size, "kernel_size")
     no_stride = stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0)
@@ -118,8 +126,10 @@ def window(hw: tuple[int, int], kernel_size: object, stride: object, padding: ob
     for axis in range(2):
         limit = ((k[axis] - 1) * d[axis] + 1) // 2 if family == "max" else k[axis] // 2
         if p[axis] > limit:
-            raise _bad(f"padding should be at most half of the kernel size, got padding {p} "
-                       f"for kernel_size {k}" + (f" and dilation {d}" if family == "max" else ""))
+            raise _bad(
+                f"padding should be at most half of the kernel size, got padding {p} "
+                f"for kernel_size {k}" + (f" and dilation {d}" if family == "max" else "")
+            )
     ceil = flag(ceil_mode, "ceil_mode")
     out = tuple(output_size(hw[a], k[a], s[a], p[a], d[a], ceil) for a in range(2))
     if min(out) < 1:
@@ -127,10 +137,13 @@ def window(hw: tuple[int, int], kernel_size: object, stride: object, padding: ob
     s = tuple(min(s[a], hw[a] + 2 * p[a] + 1) if out[a] == 1 else s[a] for a in range(2))
     for a in range(2):
         if hw[a] + 2 * p[a] + (k[a] - 1) * d[a] + MAX_TILE * s[a] >= 2**31:
-            raise _bad(f"input plane {hw} with kernel_size {k}, stride {s}, padding {p} and "
-                       f"dilation {d} is too large for 32-bit window arithmetic")
-    return Window(kh=k[0], kw=k[1], sh=s[0], sw=s[1], ph=p[0], pw=p[1], dh=d[0], dw=d[1],
-                  oh=out[0], ow=out[1])
+            raise _bad(
+                f"input plane {hw} with kernel_size {k}, stride {s}, padding {p} and "
+                f"dilation {d} is too large for 32-bit window arithmetic"
+            )
+    return Window(
+        kh=k[0], kw=k[1], sh=s[0], sw=s[1], ph=p[0], pw=p[1], dh=d[0], dw=d[1], oh=out[0], ow=out[1]
+    )
 
 
 def adaptive_output(hw: tuple[int, int], output_size: object) -> tuple[int, int]:
@@ -160,8 +173,13 @@ def avg_divisor(hw: tuple[int, int], win: Window, count_include_pad: bool, overr
     or no padding) and it fits the kernels' int, else 0 (each window computes its own)."""
     if override:
         return override
-    whole = all((o - 1) * s - p + k <= size + p for o, s, p, k, size in
-                ((win.oh, win.sh, win.ph, win.kh, hw[0]), (win.ow, win.sw, win.pw, win.kw, hw[1])))
+    whole = all(
+        (o - 1) * s - p + k <= size + p
+        for o, s, p, k, size in (
+            (win.oh, win.sh, win.ph, win.kh, hw[0]),
+            (win.ow, win.sw, win.pw, win.kw, hw[1]),
+        )
+    )
     fixed = whole and (count_include_pad or win.ph == win.pw == 0) and win.kh * win.kw < 2**31
     return win.kh * win.kw if fixed else 0
 

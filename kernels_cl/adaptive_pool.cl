@@ -28,6 +28,7 @@ inline void add_compensated(acc_t *total, acc_t *c, acc_t v)
 
 inline acc_t sum4(acc4_t s) { return (s.x + s.y) + (s.z + s.w); }
 
+#ifndef CLPOOL_NO_LANES16
 /* Lane by lane: Oclgrind 21.10 reports lanes of a 16-lane vector's 4-lane swizzles as
  * uninitialized. */
 inline acc_t sum16(acc16_t s)
@@ -35,6 +36,7 @@ inline acc_t sum16(acc16_t s)
     return (((s.s0 + s.s1) + (s.s2 + s.s3)) + ((s.s4 + s.s5) + (s.s6 + s.s7)))
            + (((s.s8 + s.s9) + (s.sa + s.sb)) + ((s.sc + s.sd) + (s.se + s.sf)));
 }
+#endif
 
 /* Partial sums of xp[row + w0 .. row + w1), four in one vector: loads overlap, and a CPU
  * compiler uses SIMD within the work-item. */
@@ -247,6 +249,24 @@ __kernel void adaptive_avg_pool2d_plane(__global const elem_t *restrict x,
     acc_t total = 0, c = 0;
     for (long b = 0; b < HW; b += 1024) {
         long end = min(b + 1024, HW), i = b;
+#ifdef CLPOOL_NO_LANES16 /* the same sums in 4-lane quarters, s0 = s.s0123, .. */
+        acc4_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, u0 = 0, u1 = 0, u2 = 0, u3 = 0;
+        for (; i + 32 <= end; i += 32) {
+            s0 += LOAD4(xp, i);
+            s1 += LOAD4(xp, i + 4);
+            s2 += LOAD4(xp, i + 8);
+            s3 += LOAD4(xp, i + 12);
+            u0 += LOAD4(xp, i + 16);
+            u1 += LOAD4(xp, i + 20);
+            u2 += LOAD4(xp, i + 24);
+            u3 += LOAD4(xp, i + 28);
+        }
+        acc_t tail = 0;
+        for (; i < end; ++i)
+            tail += LOAD(xp, i);
+        add_compensated(&total, &c, ((sum4(s0 + u0) + sum4(s1 + u1))
+                                     + (sum4(s2 + u2) + sum4(s3 + u3))) + tail);
+#else
         acc16_t s = 0, u = 0;
         for (; i + 32 <= end; i += 32) {
             s += LOAD16(xp, i);
@@ -257,6 +277,7 @@ __kernel void adaptive_avg_pool2d_plane(__global const elem_t *restrict x,
         for (; i < end; ++i)
             tail += LOAD(xp, i);
         add_compensated(&total, &c, sum16(s) + tail);
+#endif
     }
     STORE(out, plane, total / (acc_t)HW);
 }

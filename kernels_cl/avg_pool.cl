@@ -63,6 +63,7 @@ inline void avg_window(__global const elem_t *xp, __global elem_t *out, long o, 
                                            divisor_override));
 }
 
+#ifndef CLPOOL_NO_LANES16
 /* avg_window for the 16 windows starting at (hs, ws + k * sw), k < 16, whose columns all
  * lie inside the row, as 16-lane vectors: they share a divisor. */
 inline void avg_window16(__global const elem_t *xp, __global elem_t *out, long o, int H,
@@ -76,6 +77,7 @@ inline void avg_window16(__global const elem_t *xp, __global elem_t *out, long o
     STORE16(out, o, sum / (acc_t)avg_divisor(hs, ws, kh, kw, H, W, ph, pw, count_include_pad,
                                              divisor_override));
 }
+#endif
 
 /* The forward for a CPU, as max_pool2d_forward_plane. */
 __kernel void avg_pool2d_forward_plane(__global const elem_t *restrict x,

@@ -13,6 +13,12 @@
  *   -DCLPOOL_UNROLL           unroll the loops over such a window (below)
  *   -DCLPOOL_VEC4 -DCLPOOL_PH=.. -DCLPOOL_PW=..   forward rows as vload4 chunks (below)
  *   -DCLPOOL_NO_INDICES       max_pool2d: values only (max_pool.cl)
+ *   -DCLPOOL_NO_LANES16       no 16-lane vector code at all: the per-plane CPU kernels
+ *                             take one output (and store one element) at a time, and
+ *                             adaptive_avg_pool2d_plane sums in 4-lane vectors. For PoCL 3.0
+ *                             (LLVM 14) on AVX-512 CPUs, which crashes building 16-lane
+ *                             vectors element by element (SLP vectorizer SIGSEGV, "Do not
+ *                             know how to scalarize"). The same sums in the same order.
  */
 #ifndef CLPOOL_DTYPE
 #define CLPOOL_DTYPE 32
@@ -181,6 +187,7 @@ inline window_range windows_reaching(int i0, int n, int size, int s, int p, int 
     return r;
 }
 
+#ifndef CLPOOL_NO_LANES16
 /* p[i], p[i + s], .. p[i + 15 * s] as a vector: one load (s == 1), two and a shuffle
  * (s == 2; `.even` of the two halves crashes Oclgrind 21.10's uninitialized-value
  * checks), or 16 loads. */
@@ -196,10 +203,17 @@ inline acc16_t load16_strided(__global const elem_t *p, pos_t i, int s)
         lane[k] = LOAD(p, i + k * s);
     return vload16(0, lane);
 }
+#endif
 
 /* The per-plane forward kernels' walk over the outputs of a row: ONE for output ow, and
  * SIXTEEN for outputs ow .. ow + 15 from ow = `first` up to `last` (the last 16 may
- * overlap the 16 before: they store the same values again), where first <= last. */
+ * overlap the 16 before: they store the same values again), where first <= last; with
+ * -DCLPOOL_NO_LANES16, ONE for every output (SIXTEEN is not compiled). */
+#ifdef CLPOOL_NO_LANES16
+#define FOR_EACH_OUTPUT(ow, OW, first, last, ONE, SIXTEEN)                          \
+    for (int ow = 0; ow < (OW); ++ow)                                               \
+        ONE;
+#else
 #define FOR_EACH_OUTPUT(ow, OW, first, last, ONE, SIXTEEN)                          \
     {                                                                               \
         int ow = 0;                                                                 \
@@ -217,6 +231,7 @@ inline acc16_t load16_strided(__global const elem_t *p, pos_t i, int s)
         for (; ow < (OW); ++ow)                                                     \
             ONE;                                                                    \
     }
+#endif
 
 /* The first and last output of a row from which 16 windows (stride s, padding p, extent
  * span) read only columns 0 .. W - 1 with load16_strided (which, for a stride of 2, loads
@@ -237,8 +252,10 @@ inline void add_to_row(__global elem_t *p, pos_t row, pos_t w0, pos_t w1, acc_t 
                        int fresh, int wide)
 {
     pos_t w = w0;
+#ifndef CLPOOL_NO_LANES16
     for (; wide && w1 - w >= 16; w += 16)
         STORE16(p, row + w, (fresh ? (acc16_t)0 : LOAD16(p, row + w)) + v);
+#endif
     for (; w < w1; ++w)
         STORE(p, row + w, (fresh ? (acc_t)0 : LOAD(p, row + w)) + v);
 }

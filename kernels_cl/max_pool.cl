@@ -107,6 +107,7 @@ inline void max_window(__global const elem_t *xp, __global elem_t *out,
 #endif
 }
 
+#ifndef CLPOOL_NO_LANES16
 /* max_window for the 16 windows starting at (hs, ws + k * sw), k < 16, whose columns all
  * lie inside the row, as 16-lane vectors. Where every tap is -inf the first tap keeps the
  * index. */
@@ -134,6 +135,7 @@ inline void max_window16(__global const elem_t *xp, __global elem_t *out,
     STORE_INDEX16(indices, o, select(best_i, first_i, best_i < 0));
 #endif
 }
+#endif
 
 /* The forward for a CPU: one work-item per plane, 16 outputs of a row at a time where
  * their windows lie inside the row (PoCL vectorizes only across the work-items of a

@@ -10,19 +10,17 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from clpool import discovery, ops, programs
+from clpool import discovery, ops, programs, verify
+from clpool.errors import Problem
 
 
 def _suite_device() -> cl.Device:
-    """CLPOOL_TEST_DEVICE if set, else the first device that builds, PoCL first."""
-    spec = os.environ.get("CLPOOL_TEST_DEVICE")
-    if spec:
-        return discovery.select(spec)
-    found = sorted(discovery.cl_devices(), key=lambda d: "Portable" not in d.platform.name)
-    for d in found:
-        if discovery.can_build(d):
-            return d
-    pytest.exit("no OpenCL device here can build a kernel", returncode=3)
+    """The device clpool itself chooses: CLPOOL_DEVICE's if set, else its default (the
+    first verified GPU, else the first verified CPU)."""
+    try:
+        return discovery.select()
+    except Problem as p:
+        pytest.exit(f"no device to test on: {p.reason}", returncode=3)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -57,9 +55,11 @@ def device(pytestconfig: pytest.Config) -> cl.Device:
 
 @pytest.fixture(scope="session")
 def pocl_device() -> cl.Device:
-    """The PoCL CPU device from pyopencl[pocl] (only listed and probed, never built on)."""
-    for d in discovery.cl_devices():
+    """The first PoCL CPU device that clpool has not refused."""
+    for i, d in enumerate(discovery.cl_devices()):
         if "Portable Computing Language" in d.platform.name:
+            if verify.verify(d, i).status != verify.VERIFIED:
+                pytest.skip(f"clpool refuses PoCL here: {verify.cached(d).reason}")
             return d
     pytest.skip("PoCL is not installed")
 

@@ -1,0 +1,123 @@
+"""The canary that clpool.verify runs in a child process: every kernel entry point that
+clpool launches on the device, in each dtype the device takes, built generic and with
+small windows as constants, on inputs wide enough for the CPU kernels' 16-lane rows, each
+result checked against the float64 reference. Exits 0 when all pass; a driver that
+crashes kills only this process. Announces each stage on stdout ("stage: ...") so that
+the parent can say where it died.
+
+    python -m clpool.canary DEVICE_INDEX DEVICE_KEY [DTYPE]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+import numpy as np
+
+from . import capabilities, check, discovery, ops, verify
+from . import reference as ref
+
+# max_pool2d, avg_pool2d: (kernel_size, stride, padding); a stride of 1, 2 and 3 takes
+# each way the CPU kernels gather 16 windows of a row.
+WINDOWS = ((3, 2, 1), (2, 1, 0), (3, 3, 1))
+SHAPE = (2, 3, 9, 70)  # rows of 70: the 16-lane CPU paths run for every window above
+
+
+def _calls(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray], windows: tuple):
+    """(what, got, want, exact) of every op on `x` over `windows`; `g(shape)` gives a
+    gradient."""
+    for k, s, p in windows:
+        got, got_i = ops.max_pool2d_with_indices(x, k, s, p)
+        want, want_i = ref.max_pool2d_with_indices(x, k, s, p)
+        yield f"max_pool2d_with_indices k{k} s{s} p{p}", got, want.astype(x.dtype), True
+        yield f"max_pool2d_with_indices k{k} s{s} p{p} indices", got_i, want_i, True
+        yield f"max_pool2d k{k} s{s} p{p}", ops.max_pool2d(x, k, s, p), want.astype(x.dtype), True
+        grad = g(want.shape)
+        yield (
+            f"max_pool2d_with_indices_backward k{k} s{s} p{p}",
+            ops.max_pool2d_with_indices_backward(grad, x, want_i, k, s, p),
+            ref.max_pool2d_with_indices_backward(grad, x, want_i, k, s, p),
+            False,
+        )
+        yield (
+            f"avg_pool2d k{k} s{s} p{p}",
+            ops.avg_pool2d(x, k, s, p),
+            ref.avg_pool2d(x, k, s, p),
+            False,
+        )
+        grad = g(ref.avg_pool2d(x, k, s, p).shape)
+        yield (
+            f"avg_pool2d_backward k{k} s{s} p{p}",
+            ops.avg_pool2d_backward(grad, x, k, s, p),
+            ref.avg_pool2d_backward(grad, x, k, s, p),
+            False,
+        )
+    for size in (1, (3, 7), (4, 5)):  # global, equal cells, unequal cells
+        yield (
+            f"adaptive_avg_pool2d {size}",
+            ops.adaptive_avg_pool2d(x, size),
+            ref.adaptive_avg_pool2d(x, size),
+            False,
+        )
+        grad = g(ref.adaptive_avg_pool2d(x, size).shape)
+        yield (
+            f"adaptive_avg_pool2d_backward {size}",
+            ops.adaptive_avg_pool2d_backward(grad, x),
+            ref.adaptive_avg_pool2d_backward(grad, x),
+            False,
+        )
+
+
+def stages(device) -> list[tuple[np.dtype, bool | None, str, tuple]]:
+    """(dtype, one work-item per plane or None for the device's own choice, CLPOOL_SPECIALIZE,
+    windows) of each stage: every dtype the device takes, built generic (window sizes as
+    arguments: each kernel form whatever the window), and float32 also as small windows
+    build by default (one window: each further one is one more build of the same form). A
+    CPU runs both its kernels, per plane and tiled."""
+    dtypes = [np.dtype(name) for name in capabilities.dtypes(device)]
+    paths = [None] if ops.on_gpu(device) else [True, False]
+    found = [(dt, path, "0", WINDOWS) for dt in dtypes for path in paths]
+    return found + [(dtypes[0], path, "1", WINDOWS[:1]) for path in paths]
+
+
+def run(device, only: str | None = None) -> None:
+    """Run every stage on `device` (of dtype `only`, if given); raise AssertionError at the
+    first wrong result."""
+    rng = np.random.default_rng(2024)
+    default_per_plane = ops.per_plane
+    for dtype, by_plane, spec, windows in stages(device):
+        if only is not None and dtype.name != only:
+            continue
+        where = "per plane" if by_plane else "tiled" if by_plane is False else "default"
+        print(f"stage: {dtype.name}, {where}, CLPOOL_SPECIALIZE={spec}", flush=True)
+        os.environ["CLPOOL_SPECIALIZE"] = spec
+        ops.per_plane = (
+            default_per_plane
+            if by_plane is None
+            else (lambda device, dtype, planes, on=by_plane: on and dtype != np.float16)
+        )
+        x = rng.standard_normal(SHAPE).astype(dtype)
+        for what, got, want, exact in _calls(
+            x, lambda s, t=dtype: rng.standard_normal(s).astype(t), windows
+        ):
+            err = check.error(got, want)
+            if err != 0 and (exact or err > check.TOLERANCE[dtype.name]):
+                raise AssertionError(f"{what} in {dtype.name}: wrong result (error {err:.3g})")
+
+
+def main(argv: list[str]) -> int:
+    index, expected, dtype = int(argv[0]), argv[1], (argv[2:] or [None])[0]
+    os.environ["CLPOOL_DEVICE"] = str(index)
+    device = discovery.cl_devices()[index]
+    if not expected.startswith(verify.device_key(device)):
+        print(f"device {index} is {verify.device_key(device)!r} here", file=sys.stderr)
+        return 3
+    verify.trust(device)
+    run(device, dtype)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,48 @@
+"""The capability probe: which dtypes a device computes, read from its extensions and
+OpenCL C features (never from half_fp_config, which NVIDIA and Oclgrind refuse)."""
+
+from __future__ import annotations
+
+import os
+
+import pyopencl as cl
+
+
+def query(device: cl.Device, attr: str, default):
+    try:
+        return getattr(device, attr)
+    except (cl.Error, AttributeError):
+        return default
+
+
+def _features(device: cl.Device) -> set[str]:
+    names = set(query(device, "extensions", "").split())
+    for feature in query(device, "opencl_c_features", []) or []:
+        names.add(feature.name)
+    return names
+
+
+def has_fp16(device: cl.Device) -> bool:
+    """True when the device has native half (cl_khr_fp16 or __opencl_c_fp16)."""
+    return bool({"cl_khr_fp16", "__opencl_c_fp16"} & _features(device))
+
+
+def has_fp64(device: cl.Device) -> bool:
+    """True when the device has double (cl_khr_fp64 or __opencl_c_fp64)."""
+    return bool({"cl_khr_fp64", "__opencl_c_fp64"} & _features(device))
+
+
+def fp16_storage_opt_in() -> bool:
+    """True when CLPOOL_FP16=storage allows half storage on a device without cl_khr_fp16."""
+    return os.environ.get("CLPOOL_FP16", "").strip().lower() == "storage"
+
+
+def dtypes(device: cl.Device) -> list[str]:
+    """The dtypes clpool runs on the device: float32; float64 with fp64; float16 with fp16,
+    or anywhere with CLPOOL_FP16=storage."""
+    found = ["float32"]
+    if has_fp64(device):
+        found.append("float64")
+    if has_fp16(device) or fp16_storage_opt_in():
+        found.append("float16")
+    return found
