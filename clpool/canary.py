@@ -23,9 +23,12 @@ from . import reference as ref
 # each way the CPU kernels gather 16 windows of a row.
 WINDOWS = ((3, 2, 1), (2, 1, 0), (3, 3, 1))
 SHAPE = (2, 3, 9, 70)  # rows of 70: the 16-lane CPU paths run for every window above
+TALL = (1, 2, 40, 8)  # to (2, 2): bands of 20 rows, the GPU's band kernel
 
 
-def _calls(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray], windows: tuple):
+def _calls(
+    x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray], windows: tuple, tall: np.ndarray
+):
     """(what, got, want, exact) of every op on `x` over `windows`; `g(shape)` gives a
     gradient."""
     for k, s, p in windows:
@@ -54,6 +57,12 @@ def _calls(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray], windows: t
             ref.avg_pool2d_backward(grad, x, k, s, p),
             False,
         )
+    yield (
+        f"adaptive_avg_pool2d {TALL} to 2",
+        ops.adaptive_avg_pool2d(tall, 2),
+        ref.adaptive_avg_pool2d(tall, 2),
+        False,
+    )
     for size in (1, (3, 7), (4, 5)):  # global, equal cells, unequal cells
         yield (
             f"adaptive_avg_pool2d {size}",
@@ -84,27 +93,38 @@ def stages(device) -> list[tuple[np.dtype, bool | None, str, tuple]]:
 
 def run(device, only: str | None = None) -> None:
     """Run every stage on `device` (of dtype `only`, if given); raise AssertionError at the
-    first wrong result."""
+    first wrong result. Leaves CLPOOL_SPECIALIZE and the kernel choice as it found them."""
     rng = np.random.default_rng(2024)
-    default_per_plane = ops.per_plane
-    for dtype, by_plane, spec, windows in stages(device):
-        if only is not None and dtype.name != only:
-            continue
-        where = "per plane" if by_plane else "tiled" if by_plane is False else "default"
-        print(f"stage: {dtype.name}, {where}, CLPOOL_SPECIALIZE={spec}", flush=True)
-        os.environ["CLPOOL_SPECIALIZE"] = spec
-        ops.per_plane = (
-            default_per_plane
-            if by_plane is None
-            else (lambda device, dtype, planes, on=by_plane: on and dtype != np.float16)
-        )
-        x = rng.standard_normal(SHAPE).astype(dtype)
-        for what, got, want, exact in _calls(
-            x, lambda s, t=dtype: rng.standard_normal(s).astype(t), windows
-        ):
-            err = check.error(got, want)
-            if err != 0 and (exact or err > check.TOLERANCE[dtype.name]):
-                raise AssertionError(f"{what} in {dtype.name}: wrong result (error {err:.3g})")
+    default_per_plane, specialize = ops.per_plane, os.environ.get("CLPOOL_SPECIALIZE")
+    try:
+        for dtype, by_plane, spec, windows in stages(device):
+            if only is None or dtype.name == only:
+                where = {True: "per plane", False: "tiled", None: "default"}[by_plane]
+                print(f"stage: {dtype.name}, {where}, CLPOOL_SPECIALIZE={spec}", flush=True)
+                os.environ["CLPOOL_SPECIALIZE"] = spec
+                if by_plane is not None:
+                    ops.per_plane = lambda device, dtype, planes, on=by_plane: (
+                        on and dtype != np.float16
+                    )
+                _stage(rng, dtype, windows)
+                ops.per_plane = default_per_plane
+    finally:
+        ops.per_plane = default_per_plane
+        if specialize is None:
+            os.environ.pop("CLPOOL_SPECIALIZE", None)
+        else:
+            os.environ["CLPOOL_SPECIALIZE"] = specialize
+
+
+def _stage(rng: np.random.Generator, dtype: np.dtype, windows: tuple) -> None:
+    x = rng.standard_normal(SHAPE).astype(dtype)
+    tall = rng.standard_normal(TALL).astype(dtype)
+    for what, got, want, exact in _calls(
+        x, lambda s, t=dtype: rng.standard_normal(s).astype(t), windows, tall
+    ):
+        err = check.error(got, want)
+        if err != 0 and (exact or err > check.TOLERANCE[dtype.name]):
+            raise AssertionError(f"{what} in {dtype.name}: wrong result (error {err:.3g})")
 
 
 def main(argv: list[str]) -> int:

@@ -11,7 +11,7 @@ import click
 import pyopencl as cl
 
 from . import __version__, discovery, verify
-from .errors import KernelError, PoolError, Problem
+from .errors import KernelError, PoolError, reporting
 
 
 def _gib(n: int) -> str:
@@ -92,7 +92,7 @@ def check(device_spec: str | None, dtype: str) -> None:
         dt = np.dtype(dtype)
     except TypeError:
         raise click.BadParameter(f"not a dtype: {dtype!r}", param_hint="--dtype") from None
-    d = _device_or_exit(device_spec)
+    d = _device_or_exit(device_spec, "check")
     try:
         rows = checker.run(d, dt)
     except PoolError as e:
@@ -138,7 +138,7 @@ def bench(
         dims = ()
     if dims is not None and (len(dims) != 4 or min(dims) < 1):
         raise click.BadParameter(f"--shape wants four positive sizes N,C,H,W, got {shape!r}")
-    rt = discovery.runtime(_device_or_exit(device_spec))
+    rt = discovery.runtime(_device_or_exit(device_spec, "bench"))
     cpu = not rt.device.type & cl.device_type.GPU
     cases = harness.default_cases(cpu, op_names or harness.OPS, dims)
     copy = harness.copy_bandwidth(rt, max(2**26, max(4 * math.prod(c.shape) for c in cases)))
@@ -196,10 +196,12 @@ def bench(
     )
 
 
-def _device_or_exit(spec: str | None) -> cl.Device:
-    """The chosen device, or a clean exit with the reason."""
+def _device_or_exit(spec: str | None, command: str) -> cl.Device:
+    """The chosen device, or the one handler's message and exit 1 (refused) or 2 (no such
+    device)."""
     try:
-        return discovery.select(spec)
-    except Problem as p:
-        click.echo(p.reason, err=True)
-        sys.exit(1 if p.kind is KernelError else 2)
+        with reporting(command):
+            return discovery.select(spec)
+    except PoolError as e:
+        click.echo(str(e), err=True)
+        sys.exit(1 if isinstance(e, KernelError) else 2)

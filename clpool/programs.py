@@ -61,9 +61,12 @@ def kernel(context: cl.Context, name: str, options: tuple[str, ...], kernel: str
     """Kernel `kernel` of program `name` built with `options` on `context`."""
     found = kernels(context, name, options).get(kernel)
     if found is None:
-        raise Problem(KernelError, f"building {name} gave no kernel {kernel} (the driver's "
-                                   "build failed silently, or its cache holds a failed build)",
-                      options=" ".join(options))
+        raise Problem(
+            KernelError,
+            f"building {name} gave no kernel {kernel} (the driver's "
+            "build failed silently, or its cache holds a failed build)",
+            options=" ".join(options),
+        )
     return found
 
 

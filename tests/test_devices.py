@@ -102,7 +102,7 @@ def test_the_real_canary_verifies_the_suite_device_and_marks_the_default(device,
     assert verdict == verify.Verdict(verify.VERIFIED)
     assert json.loads(cache.read_text())[verify.key(device)]["status"] == verify.VERIFIED
     result = CliRunner().invoke(cli.main, ["devices", "--json"])
-    listed = json.loads(result.output)
+    listed = json.loads(result.stdout)
     assert listed[_index(device)]["verdict"] == verify.VERIFIED
     assert sum(d["default"] for d in listed) == 1
 

@@ -575,36 +575,35 @@ def _parse_table(text: str) -> tuple[list[str], list[list[str]]]:
     def cells(line: str) -> list[str]:
         return [line[s:e].strip() for s, e in bounds]
 
-    return cells(lines[0]), [cells(line) for line in lines[2:]]
+    rows = [line for line in lines[2:] if line[:1].isdigit()]  # not the notes below it
+    return cells(lines[0]), [cells(line) for line in rows]
 
 
 def test_cli_devices_table():
     result = CliRunner().invoke(cli.main, ["devices"])
     assert result.exit_code == 0, result.output
-    header, rows = _parse_table(result.output)
+    header, rows = _parse_table(result.stdout)
     normal = [h.lower() for h in header]
-    assert len(normal) == 9
-    assert normal[0] in {"#", "index"}
-    assert normal[1:4] == ["platform", "device", "type"]
-    assert normal[4].startswith("opencl")
-    assert normal[5] in {"cus", "compute units"}
-    assert normal[6:] == ["memory", "fp16", "fp64"]
+    assert normal == ["#", "platform", "device", "type", "opencl", "driver", "cus", "memory",
+                      "fp16", "fp64", "verdict"]
     found = clpool.devices()
     assert len(rows) == len(found)
+    assert sum(d.default for d in found) <= 1
     yes = {True: "yes", False: "no"}
     for row, d in zip(rows, found, strict=True):
-        assert row[0] == str(d.index)
+        assert row[0] == f"{d.index}{'*' if d.default else ''}"
         assert row[1] == d.platform and row[2] == d.name and row[3] == d.type
-        assert row[4] == d.opencl_version
-        assert row[5] == str(d.compute_units)
-        assert re.fullmatch(r"\d+(\.\d+)? [KMGT]i?B", row[6]), row[6]
-        assert row[7:] == [yes[d.fp16], yes[d.fp64]]
+        assert row[4] == d.opencl_version and row[5] == d.driver_version
+        assert row[6] == str(d.compute_units)
+        assert re.fullmatch(r"\d+(\.\d+)? [KMGT]i?B", row[7]), row[7]
+        assert row[8:10] == [yes[d.fp16], yes[d.fp64]]
+        assert row[10] == d.verdict and d.verdict in {"verified", "failed"}
 
 
 def test_cli_devices_json():
     result = CliRunner().invoke(cli.main, ["devices", "--json"])
     assert result.exit_code == 0, result.output
-    parsed = json.loads(result.output)
+    parsed = json.loads(result.stdout)
     assert isinstance(parsed, list)
     assert parsed == [d.as_dict() for d in clpool.devices()]
     for entry in parsed:
@@ -614,7 +613,7 @@ def test_cli_devices_json():
 
 
 def test_cli_devices_with_no_device(monkeypatch):
-    monkeypatch.setattr(discovery, "devices", lambda: [])
+    monkeypatch.setattr(discovery, "devices", lambda verified=False: [])
     result = CliRunner().invoke(cli.main, ["devices"])
     assert result.exit_code != 0
     assert "no OpenCL device" in result.output
