@@ -11,7 +11,7 @@ import pyopencl as cl
 
 from . import icd, verify
 from .capabilities import has_fp16, has_fp64, query
-from .errors import KernelError, PoolArgumentError, Problem
+from .errors import KernelError, PoolArgumentError, PoolError, Problem
 
 TYPE_NAMES = (
     (cl.device_type.GPU, "GPU"),
@@ -245,6 +245,28 @@ class Runtime:
 
 _runtimes: dict[int, Runtime] = {}
 _runtimes_lock = threading.Lock()
+_forked = False  # this process was forked after its parent had used OpenCL
+
+
+def _after_fork_in_child() -> None:
+    global _forked
+    _forked = _forked or bool(_runtimes) or cl_devices.cache_info().currsize > 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def refuse_if_forked() -> None:
+    """Refuse to run in a process forked after OpenCL was initialised: OpenCL state does
+    not survive fork (PoCL's threads are gone, and a call hangs)."""
+    if _forked:
+        raise Problem(
+            PoolError,
+            "this process was forked after its parent had initialised OpenCL, which does not "
+            "survive fork; start worker processes with the spawn method "
+            '(multiprocessing.set_start_method("spawn"), or '
+            'DataLoader(multiprocessing_context="spawn"))',
+        )
 
 
 def runtime(device: cl.Device) -> Runtime:

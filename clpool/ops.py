@@ -15,7 +15,7 @@ import pyopencl.tools as cl_tools
 
 from . import programs, quirks, shapes
 from .capabilities import fp16_storage_opt_in, has_fp16, has_fp64
-from .discovery import Runtime, choose, require, runtime
+from .discovery import Runtime, choose, refuse_if_forked, require, runtime
 from .errors import PoolArgumentError, Problem, UnsupportedDtypeError, Where, reporting
 
 Tensor = np.ndarray | cla.Array
@@ -160,6 +160,7 @@ class _Call:
     def __init__(
         self, where: Where, family: str, device: object, primary: object, *others: object
     ) -> None:
+        refuse_if_forked()
         arrays = [primary, *others]
         on_device = [a for a in arrays if isinstance(a, cla.Array)]
         if on_device:

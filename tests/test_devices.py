@@ -261,3 +261,42 @@ def test_registered_runtimes_that_did_not_load_are_named(monkeypatch):
 def test_signal_names():
     assert verify._signal_name(signal.SIGSEGV) == "SIGSEGV"
     assert verify._signal_name(250) == "signal 250"
+
+
+# ---------------------------------------------------------------- processes
+
+
+def _child_pools(queue) -> None:
+    """In a forked child: what max_pool2d says (or the numpy sum, when no OpenCL)."""
+    try:
+        clpool.max_pool2d(np.zeros((1, 1, 4, 4), np.float32), 2)
+        queue.put("ran")
+    except clpool.PoolError as e:
+        queue.put(f"{type(e).__name__}: {e}")
+
+
+def _child_numpy(queue) -> None:
+    queue.put(float(np.arange(10.0).sum()))
+
+
+@pytest.mark.parametrize("target, want", [(_child_pools, "PoolError: max_pool2d kernel failed"),
+                                           (_child_numpy, 45.0)], ids=["clpool", "numpy"])
+def test_a_forked_child_gets_an_error_in_words_never_a_hang(device, target, want):
+    import multiprocessing
+
+    clpool.max_pool2d(np.zeros((1, 1, 4, 4), np.float32), 2)  # the parent used OpenCL
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=target, args=(queue,))
+    child.start()
+    try:
+        got = queue.get(timeout=60)
+    finally:
+        child.join(10)
+        if child.is_alive():
+            child.kill()
+    if isinstance(want, str):
+        assert got.startswith(want) and 'set_start_method("spawn")' in got, got
+    else:
+        assert got == want
+    assert clpool.max_pool2d(np.ones((1, 1, 2, 2), np.float32), 2).item() == 1.0  # parent ok
