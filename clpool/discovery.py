@@ -56,7 +56,7 @@ def cl_devices() -> tuple[cl.Device, ...]:
     try:
         platforms = cl.get_platforms()
     except cl.Error:
-        return ()
+        platforms = []
     icd.warn_if_registered_too_late(len(platforms))
     for platform in platforms:
         try:
