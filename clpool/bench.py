@@ -1,9 +1,12 @@
-"""Benchmark harness behind `clpool bench`: device time of each op from OpenCL profiling
-events, bytes moved, GB/s, the fraction of the device's own copy bandwidth, and PyTorch on
-the same machine beside it when torch is importable."""
+"""Benchmark harness behind `clpool bench`. For each case, from one run: clpool's wall time
+per call back to back as a user calls it, its kernel time from OpenCL profiling events,
+PyTorch's wall time timed the same way, the bytes the op moves, GB/s from each time and
+the fraction of the device's own copy bandwidth; plus the host cost of a warm call on a
+tiny array and a stream of calls on a large one."""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -13,7 +16,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from . import ops
+from . import ops, shapes
 from .discovery import Runtime
 
 OPS = (
@@ -33,6 +36,9 @@ SHAPES = (
     ((128, 64, 128, 128), dict(kernel_size=3, stride=1, padding=1)),
 )
 ADAPTIVE_OUTPUTS = (7, 1)
+MIN_TIME = 0.2  # seconds a timed loop of calls runs at least (unless MAX_CALLS)
+MAX_CALLS = 20_000  # calls in one timed loop at most
+KERNEL_CALLS = 100  # calls whose profiling events give the kernel time, at most
 
 
 @dataclass
@@ -71,14 +77,51 @@ def default_cases(
     return cases
 
 
-def _median_us(samples: list[float]) -> float:
+def stream_case(cpu: bool) -> Case:
+    """The stream measurement: max_pool2d k3 s2 p1 on [32,64,112,112] (N / 4 on a CPU)."""
+    shape, window = SHAPES[0]
+    return Case("max_pool2d", (shape[0] // 4 if cpu else shape[0], *shape[1:]), dict(window))
+
+
+def _median_us(samples: Iterable[float]) -> float:
     return statistics.median(samples) * 1e6
 
 
-def device_seconds(events: list[cl.Event]) -> float:
-    """Time from the first kernel's start to the last one's end, from profiling events."""
-    cl.wait_for_events(events)
-    return (events[-1].profile.end - events[0].profile.start) * 1e-9
+def _loop_seconds(call: Callable[[], object], finish: Callable[[], None], n: int) -> float:
+    """Wall seconds of `n` calls back to back, the device drained before and after."""
+    finish()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        call()
+    finish()
+    return time.perf_counter() - t0
+
+
+def wall_us(
+    call: Callable[[], object], finish: Callable[[], None], loops: int, min_time: float = MIN_TIME
+) -> tuple[float, int]:
+    """Wall time (us) per call, back to back: the median over `loops` timed loops of n
+    calls each (`finish` drains the device before and after a loop), with n chosen so
+    that a loop runs at least `min_time` seconds (at most MAX_CALLS calls), after one
+    untimed loop of n (clocks ramp up after light work); and n."""
+    call()  # warm: the first call of a signature plans and builds
+    n, seconds = 1, _loop_seconds(call, finish, 1)
+    while seconds < min_time / 10 and n < MAX_CALLS:
+        n = min(MAX_CALLS, n * 10)
+        seconds = _loop_seconds(call, finish, n)
+    n = max(1, min(MAX_CALLS, math.ceil(n * min_time / max(seconds, 1e-9))))
+    _loop_seconds(call, finish, n)
+    return _median_us(_loop_seconds(call, finish, n) / n for _ in range(loops)), n
+
+
+def kernel_us(call: Callable[[], cla.Array], queue: cl.CommandQueue, calls: int) -> float:
+    """Kernel time (us) per call, back to back: the median over `calls` calls of the
+    profiling time of the output's last event (an op's last kernel: on contiguous inputs
+    every op launches just one)."""
+    queue.finish()
+    events = [call().events[-1] for _ in range(calls)]
+    queue.finish()
+    return _median_us((e.profile.end - e.profile.start) * 1e-9 for e in events)
 
 
 def copy_bandwidth(rt: Runtime, nbytes: int, repeats: int = 10) -> float:
@@ -95,12 +138,13 @@ def copy_bandwidth(rt: Runtime, nbytes: int, repeats: int = 10) -> float:
 
 
 def _out_hw(case: Case) -> tuple[int, int]:
-    n, c, h, w = case.shape
+    """The output plane of a case, by the formula the ops check with."""
+    _, _, h, w = case.shape
     p = case.params
     if "output_size" in p:
         return p["output_size"], p["output_size"]
     k, s, pad = p["kernel_size"], p["stride"], p["padding"]
-    return (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
+    return tuple(shapes.output_size(side, k, s, pad, 1, False) for side in (h, w))
 
 
 def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[dict, int]:
@@ -120,18 +164,20 @@ def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[dict, int]:
     return dict(x=x), big + small + extra
 
 
-def time_clpool(case: Case, rt: Runtime, repeats: int) -> tuple[float, int]:
-    """Median device time (us) of one call of the op, and the bytes it moves."""
+def time_clpool(case: Case, rt: Runtime, loops: int, min_time: float = MIN_TIME) -> dict:
+    """clpool on one case with device-resident inputs: wall_us and kernel_us per call
+    back to back, the calls in each timed loop, and the bytes the op moves."""
     inputs, nbytes = _inputs(case, rt)
     fn = getattr(ops, case.op)
     params = {} if case.op == "adaptive_avg_pool2d_backward" else case.params
-    samples = []
-    for i in range(repeats + 3):
-        with ops.recording() as events:
-            fn(**inputs, **params)
-        if i >= 3:
-            samples.append(device_seconds(events))
-    return _median_us(samples), nbytes
+
+    def call() -> cla.Array:
+        out = fn(**inputs, **params)
+        return out[0] if isinstance(out, tuple) else out
+
+    wall, n = wall_us(call, rt.queue.finish, loops, min_time)
+    kernel = kernel_us(call, rt.queue, max(loops, min(n, KERNEL_CALLS)))
+    return dict(wall_us=wall, kernel_us=kernel, calls=n, bytes=nbytes)
 
 
 def _torch_call(case: Case, t: dict) -> Callable[[], object]:
@@ -169,8 +215,9 @@ def torch_device(rt: Runtime) -> str | None:
     return "cuda" if nvidia and torch.cuda.is_available() else "cpu"
 
 
-def time_torch(case: Case, where: str, repeats: int) -> float:
-    """Median time (us) of the same op in PyTorch: CUDA events on a GPU, wall clock on CPU."""
+def time_torch(case: Case, where: str, loops: int, min_time: float = MIN_TIME) -> float:
+    """PyTorch's wall time (us) per call of the same op, timed as wall_us times clpool:
+    back to back, torch.cuda.synchronize() before and after each loop on CUDA."""
     import torch
 
     rng = np.random.default_rng(0)
@@ -184,79 +231,124 @@ def time_torch(case: Case, where: str, repeats: int) -> float:
         t["indices"] = torch.nn.functional.max_pool2d(
             x, p["kernel_size"], p["stride"], p["padding"], return_indices=True
         )[1]
-    call = _torch_call(case, t)
-    samples = []
-    for i in range(repeats + 3):
-        if where == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            call()
-            end.record()
-            torch.cuda.synchronize()
-            seconds = start.elapsed_time(end) * 1e-3
-        else:
-            t0 = time.perf_counter()
-            call()
-            seconds = time.perf_counter() - t0
-        if i >= 3:
-            samples.append(seconds)
-    return _median_us(samples)
+    finish = torch.cuda.synchronize if where == "cuda" else lambda: None
+    return wall_us(_torch_call(case, t), finish, loops, min_time)[0]
 
 
-def host_overhead_us(rt: Runtime, calls: int = 2000) -> dict[str, float]:
-    """Per warm call on a tiny device-resident array (us): clpool's wall time, the kernel's
-    device time, and the wall time of enqueueing an empty kernel with PyOpenCL alone (the
-    driver's share: the rest is clpool's Python)."""
+def host_overhead_us(rt: Runtime, loops: int, min_time: float = MIN_TIME) -> dict[str, float]:
+    """Per warm call on a tiny (1,1,4,4) device array, wall time back to back (us):
+    clpool's max_pool2d k2, PyOpenCL's own `x * 2` on the same array and queue, and the
+    bare enqueue of an empty kernel; clpool's kernel time; clpool / (x * 2)."""
     x = cla.to_device(rt.queue, np.ones((1, 1, 4, 4), np.float32))
-    ops.max_pool2d(x, 2)
-    rt.queue.finish()
-    t0 = time.perf_counter()
-    with ops.recording() as events:
-        for _ in range(calls):
-            ops.max_pool2d(x, 2)
-        rt.queue.finish()
-    wall = (time.perf_counter() - t0) / calls
-    kernel = statistics.median((e.profile.end - e.profile.start) * 1e-9 for e in events)
-    empty = cl.Program(rt.context, "__kernel void empty(__global float *a) {}").build()
-    empty = cl.Kernel(empty, "empty")
-    empty(rt.queue, (1,), None, x.data)
-    rt.queue.finish()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        empty(rt.queue, (1,), None, x.data)
-    rt.queue.finish()
-    bare = (time.perf_counter() - t0) / calls
+    finish = rt.queue.finish
+    clpool, _ = wall_us(lambda: ops.max_pool2d(x, 2), finish, loops, min_time)
+    kernel = kernel_us(lambda: ops.max_pool2d(x, 2), rt.queue, KERNEL_CALLS)
+    mul, _ = wall_us(lambda: x * 2, finish, loops, min_time)
+    program = cl.Program(rt.context, "__kernel void empty(__global float *a) {}").build()
+    empty = cl.Kernel(program, "empty")
+    empty.set_arg(0, x.data)
+    bare, _ = wall_us(
+        lambda: cl.enqueue_nd_range_kernel(rt.queue, empty, (1,), None), finish, loops, min_time
+    )
     return dict(
-        host_call_us=wall * 1e6, host_call_kernel_us=kernel * 1e6, bare_enqueue_us=bare * 1e6
+        shape=[1, 1, 4, 4],
+        wall_us=clpool,
+        kernel_us=kernel,
+        pyopencl_mul_us=mul,
+        bare_enqueue_us=bare,
+        ratio_to_mul=clpool / mul,
     )
 
 
-def run(
-    rt: Runtime, cases: Iterable[Case], repeats: int, with_torch: bool = True
-) -> Iterator[dict]:
-    """Time every case; yields one result row per case. PyTorch on a CPU runs as many
-    threads as the OpenCL device has compute units."""
-    where = torch_device(rt) if with_torch else None
-    if where is not None:
-        import torch
+def stream(rt: Runtime, cpu: bool, loops: int, min_time: float = MIN_TIME) -> dict:
+    """The stream of stream_case() back to back: wall and kernel time per call (us) and
+    wall / kernel (the target: at most 1.15 on a GPU)."""
+    case = stream_case(cpu)
+    t = time_clpool(case, rt, loops, min_time)
+    return dict(
+        op=case.op,
+        shape=list(case.shape),
+        params=case.label,
+        wall_us=t["wall_us"],
+        kernel_us=t["kernel_us"],
+        calls=t["calls"],
+        wall_over_kernel=t["wall_us"] / t["kernel_us"],
+    )
 
-        torch.backends.cudnn.benchmark = True
-        if where == "cpu":
-            torch.set_num_threads(rt.device.max_compute_units)
+
+def _torch_setup(rt: Runtime, with_torch: bool) -> tuple[str | None, int | None]:
+    """Where PyTorch runs (None: not timed) and, on a CPU, its threads: as many as the
+    OpenCL device has compute units."""
+    where = torch_device(rt) if with_torch else None
+    if where is None:
+        return None, None
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    if where == "cuda":
+        return where, None
+    torch.set_num_threads(rt.device.max_compute_units)
+    return where, torch.get_num_threads()
+
+
+def run(
+    rt: Runtime,
+    cases: Iterable[Case],
+    loops: int,
+    copy_gbps: float,
+    with_torch: bool = True,
+    min_time: float = MIN_TIME,
+) -> Iterator[dict]:
+    """Time every case; yields one row per case (times in us per call)."""
+    where, threads = _torch_setup(rt, with_torch)
     for case in cases:
-        us, nbytes = time_clpool(case, rt, repeats)
-        row = dict(
-            op=case.op,
-            shape=list(case.shape),
-            params=case.label,
-            us=us,
-            bytes=nbytes,
-            gbps=nbytes / us / 1e3,
-        )
+        t = time_clpool(case, rt, loops, min_time)
+        nbytes = t["bytes"]
+        row = dict(op=case.op, shape=list(case.shape), params=case.label, **t)
+        row["wall_gbps"] = nbytes / t["wall_us"] / 1e3
+        row["kernel_gbps"] = nbytes / t["kernel_us"] / 1e3
+        row["kernel_fraction"] = row["kernel_gbps"] / copy_gbps
         if where is not None:
             row["torch"] = where
-            if where == "cpu":
-                row["torch_threads"] = torch.get_num_threads()
-            row["torch_us"] = time_torch(case, where, repeats)
-            row["speedup"] = row["torch_us"] / us
+            if threads is not None:
+                row["torch_threads"] = threads
+            row["torch_wall_us"] = time_torch(case, where, loops, min_time)
+            row["speedup"] = row["torch_wall_us"] / t["wall_us"]
         yield row
+
+
+def report(
+    rt: Runtime,
+    cases: list[Case],
+    loops: int = 5,
+    with_torch: bool = True,
+    min_time: float = MIN_TIME,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
+    """The whole benchmark of one run: the device, copy bandwidth, the stream, one row per
+    case and the host cost, measured in that order (the device busy from the copy on);
+    `progress` is told the name of each step ("stream", one per case, "host") as it ends."""
+    tell = progress or (lambda _: None)
+    cpu = not rt.device.type & cl.device_type.GPU
+    largest = max((4 * math.prod(c.shape) for c in cases), default=0)
+    copy = copy_bandwidth(rt, max(2**26, largest))
+    stream(rt, cpu, 1, min_time)  # thrown away: the first seconds of a process run slow
+    streamed = stream(rt, cpu, loops, min_time)
+    tell("stream")
+    rows = []
+    for row in run(rt, cases, loops, copy, with_torch, min_time):
+        rows.append(row)
+        tell(f"{row['op']} {'x'.join(map(str, row['shape']))} {row['params']}")
+    host = host_overhead_us(rt, loops, min_time)
+    tell("host")
+    return dict(
+        device=rt.device.name.strip(),
+        platform=rt.device.platform.name.strip(),
+        date=time.strftime("%Y-%m-%d"),
+        copy_gbps=copy,
+        loops=loops,
+        min_time_s=min_time,
+        host=host,
+        stream=streamed,
+        rows=rows,
+    )

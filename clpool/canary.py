@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import capabilities, check, discovery, ops, verify
+from . import capabilities, check, discovery, ops, policy, verify
 from . import reference as ref
 
 # max_pool2d, avg_pool2d: (kernel_size, stride, padding); a stride of 1, 2 and 3 takes
@@ -79,41 +79,28 @@ def _calls(
         )
 
 
-def stages(device) -> list[tuple[np.dtype, bool | None, str, tuple]]:
-    """(dtype, one work-item per plane or None for the device's own choice, CLPOOL_SPECIALIZE,
-    windows) of each stage: every dtype the device takes, built generic (window sizes as
+def stages(device) -> list[tuple[np.dtype, bool | None, bool, tuple]]:
+    """(dtype, one work-item per plane or None for the device's own choice, windows built as
+    constants, windows) of each stage: every dtype the device takes, built generic (window sizes as
     arguments: each kernel form whatever the window), and float32 also as small windows
     build by default (one window: each further one is one more build of the same form). A
     CPU runs both its kernels, per plane and tiled."""
     dtypes = [np.dtype(name) for name in capabilities.dtypes(device)]
-    paths = [None] if ops.on_gpu(device) else [True, False]
-    found = [(dt, path, "0", WINDOWS) for dt in dtypes for path in paths]
-    return found + [(dtypes[0], path, "1", WINDOWS[:1]) for path in paths]
+    paths = [None] if policy.current().on_gpu(device) else [True, False]
+    found = [(dt, path, False, WINDOWS) for dt in dtypes for path in paths]
+    return found + [(dtypes[0], path, True, WINDOWS[:1]) for path in paths]
 
 
 def run(device, only: str | None = None) -> None:
     """Run every stage on `device` (of dtype `only`, if given); raise AssertionError at the
-    first wrong result. Leaves CLPOOL_SPECIALIZE and the kernel choice as it found them."""
+    first wrong result. The policy in force is restored after."""
     rng = np.random.default_rng(2024)
-    default_per_plane, specialize = ops.per_plane, os.environ.get("CLPOOL_SPECIALIZE")
-    try:
-        for dtype, by_plane, spec, windows in stages(device):
-            if only is None or dtype.name == only:
-                where = {True: "per plane", False: "tiled", None: "default"}[by_plane]
-                print(f"stage: {dtype.name}, {where}, CLPOOL_SPECIALIZE={spec}", flush=True)
-                os.environ["CLPOOL_SPECIALIZE"] = spec
-                if by_plane is not None:
-                    ops.per_plane = lambda device, dtype, planes, on=by_plane: (
-                        on and dtype != np.float16
-                    )
+    for dtype, by_plane, constants, windows in stages(device):
+        if only is None or dtype.name == only:
+            where = {True: "per plane", False: "tiled", None: "default"}[by_plane]
+            print(f"stage: {dtype.name}, {where}, constants={constants}", flush=True)
+            with policy.use(per_plane=by_plane, specialize=constants):
                 _stage(rng, dtype, windows)
-                ops.per_plane = default_per_plane
-    finally:
-        ops.per_plane = default_per_plane
-        if specialize is None:
-            os.environ.pop("CLPOOL_SPECIALIZE", None)
-        else:
-            os.environ["CLPOOL_SPECIALIZE"] = specialize
 
 
 def _stage(rng: np.random.Generator, dtype: np.dtype, windows: tuple) -> None:

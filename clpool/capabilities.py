@@ -3,9 +3,9 @@ OpenCL C features (never from half_fp_config, which NVIDIA and Oclgrind refuse).
 
 from __future__ import annotations
 
-import os
-
 import pyopencl as cl
+
+from . import policy
 
 
 def query(device: cl.Device, attr: str, default):
@@ -34,7 +34,7 @@ def has_fp64(device: cl.Device) -> bool:
 
 def fp16_storage_opt_in() -> bool:
     """True when CLPOOL_FP16=storage allows half storage on a device without cl_khr_fp16."""
-    return os.environ.get("CLPOOL_FP16", "").strip().lower() == "storage"
+    return policy.current().fp16_storage
 
 
 def dtypes(device: cl.Device) -> list[str]:

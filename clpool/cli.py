@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
-import time
 
 import click
 import pyopencl as cl
@@ -115,7 +113,15 @@ def check(device_spec: str | None, dtype: str) -> None:
 )
 @click.option("--op", "op_names", multiple=True, help="Only this op (repeatable).")
 @click.option("--shape", help="One input shape N,C,H,W instead of the default sweep.")
-@click.option("--repeats", default=20, show_default=True, help="Timed runs per case.")
+@click.option(
+    "--repeats", default=5, show_default=True, help="Timed loops per case (the median is kept)."
+)
+@click.option(
+    "--min-time",
+    default=0.2,
+    show_default=True,
+    help="Seconds each timed loop of back-to-back calls runs at least.",
+)
 @click.option("--no-torch", is_flag=True, help="Do not time PyTorch beside clpool.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def bench(
@@ -123,77 +129,80 @@ def bench(
     op_names: tuple[str, ...],
     shape: str | None,
     repeats: int,
+    min_time: float,
     no_torch: bool,
     as_json: bool,
 ) -> None:
-    """Time each op (device time from OpenCL profiling events) against the copy bandwidth."""
+    """Time each op side by side: clpool's wall time per call back to back, its kernel
+    time from OpenCL profiling events, and PyTorch's wall time timed the same way; plus
+    the copy bandwidth, the host cost of a call on a tiny array and a stream of calls."""
     from . import bench as harness
 
     unknown = set(op_names) - set(harness.OPS)
     if unknown:
         raise click.BadParameter(f"unknown op {sorted(unknown)}; choose from {harness.OPS}")
     try:
-        dims = tuple(int(v) for v in shape.split(",")) if shape else None
+        dims = tuple(int(v) for v in shape.replace(",", " ").split()) if shape else None
     except ValueError:
         dims = ()
     if dims is not None and (len(dims) != 4 or min(dims) < 1):
         raise click.BadParameter(f"--shape wants four positive sizes N,C,H,W, got {shape!r}")
+    if repeats < 1 or min_time <= 0:
+        raise click.BadParameter("--repeats and --min-time must be positive")
     rt = discovery.runtime(_device_or_exit(device_spec, "bench"))
     cpu = not rt.device.type & cl.device_type.GPU
     cases = harness.default_cases(cpu, op_names or harness.OPS, dims)
-    copy = harness.copy_bandwidth(rt, max(2**26, max(4 * math.prod(c.shape) for c in cases)))
-    rows = []
-    with click.progressbar(cases, label="bench", file=sys.stderr) as bar:
-        for row in harness.run(rt, bar, repeats, with_torch=not no_torch):
-            row["copy_fraction"] = row["gbps"] / copy
-            rows.append(row)
-    host = harness.host_overhead_us(rt)
-    report = dict(
-        device=rt.device.name.strip(),
-        platform=rt.device.platform.name.strip(),
-        date=time.strftime("%Y-%m-%d"),
-        copy_gbps=copy,
-        **host,
-        rows=rows,
-    )
+    with click.progressbar(length=len(cases) + 2, label="bench", file=sys.stderr) as bar:
+        report = harness.report(
+            rt, cases, repeats, not no_torch, min_time, progress=lambda _: bar.update(1)
+        )
     if as_json:
         click.echo(json.dumps(report, indent=2))
-        return
-    click.echo(
-        f"{report['platform']} | {report['device']}: copy bandwidth {copy:,.0f} GB/s "
-        f"(read + write); warm call on a tiny array {host['host_call_us']:.1f} us wall "
-        f"({host['bare_enqueue_us']:.1f} us to enqueue an empty kernel), "
-        f"{host['host_call_kernel_us']:.1f} us on the device"
-    )
-    torch_where = rows[0].get("torch", "-") if rows else "-"
+    else:
+        click.echo(_bench_text(report))
+
+
+def _bench_text(report: dict) -> str:
+    """The bench report as text: a header, the host cost, the stream and the table, each
+    time labelled wall (perf_counter, calls back to back) or kernel (profiling events)."""
+    host, stream, rows = report["host"], report["stream"], report["rows"]
+    lines = [
+        f"{report['platform']} | {report['device']}: copy bandwidth "
+        f"{report['copy_gbps']:,.0f} GB/s (read + write, profiling events)",
+        "wall = wall time per call, calls back to back between queue.finish() "
+        f"(median of {report['loops']} loops of >= {report['min_time_s']} s); "
+        "kernel = the op's kernel time from OpenCL profiling events (median over calls)",
+        f"host cost, warm call on a {'x'.join(map(str, host['shape']))} device array, wall: "
+        f"clpool max_pool2d k2 {host['wall_us']:.1f} us, PyOpenCL x * 2 "
+        f"{host['pyopencl_mul_us']:.1f} us (clpool / (x * 2) = {host['ratio_to_mul']:.2f}), "
+        f"empty kernel enqueue {host['bare_enqueue_us']:.1f} us; "
+        f"clpool kernel {host['kernel_us']:.1f} us",
+        f"stream, {stream['op']} {stream['params']} on {'x'.join(map(str, stream['shape']))}"
+        f" back to back: wall {stream['wall_us']:.1f} us/call, kernel "
+        f"{stream['kernel_us']:.1f} us/call (wall / kernel = {stream['wall_over_kernel']:.2f}; "
+        "the target on a GPU: at most 1.15)",
+        "",
+    ]
+    torch_where = f"{rows[0]['torch']} " if rows and "torch" in rows[0] else ""
+    if rows and "torch_threads" in rows[0]:
+        torch_where += f"{rows[0]['torch_threads']} threads "
+    headers = ["op", "shape", "params", "wall us", "kernel us", f"torch {torch_where}wall us"]
+    headers += ["speedup (wall)", "wall GB/s", "kernel GB/s", "kernel of copy"]
     table = [
-        [
-            r["op"],
-            "x".join(map(str, r["shape"])),
-            r["params"],
-            f"{r['us']:.1f}",
-            f"{r['gbps']:.0f}",
-            f"{100 * r['copy_fraction']:.0f}%",
-            f"{r['torch_us']:.1f}" if "torch_us" in r else "-",
-            f"{r['speedup']:.2f}x" if "speedup" in r else "-",
-        ]
+        [r["op"], "x".join(map(str, r["shape"])), r["params"]]
+        + [f"{r['wall_us']:.1f}", f"{r['kernel_us']:.1f}"]
+        + [f"{r['torch_wall_us']:.1f}" if "torch_wall_us" in r else "-"]
+        + [f"{r['speedup']:.2f}x" if "speedup" in r else "-"]
+        + [_rate(r["wall_gbps"]), _rate(r["kernel_gbps"])]
+        + [f"{100 * r['kernel_fraction']:.0f}%"]
         for r in rows
     ]
-    click.echo(
-        _table(
-            [
-                "op",
-                "shape",
-                "params",
-                "us",
-                "GB/s",
-                "of copy",
-                f"torch {torch_where} us",
-                "speedup",
-            ],
-            table,
-        )
-    )
+    return "\n".join([*lines, _table(headers, table)])
+
+
+def _rate(gbps: float) -> str:
+    """GB/s as whole numbers, with two decimals below 10."""
+    return f"{gbps:.0f}" if gbps >= 10 else f"{gbps:.2f}"
 
 
 def _device_or_exit(spec: str | None, command: str) -> cl.Device:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -65,25 +63,27 @@ class Where:
     dtype: object = "unknown"  # a numpy dtype once known; named only if the op fails
 
 
-@contextmanager
-def reporting(label: str) -> Iterator[Where]:
-    """Run an op's body so that every failure inside it leaves through `fail`."""
-    import pyopencl as cl
+class reporting:  # noqa: N801 (used as a context manager, like contextlib's)
+    """`with reporting(label) as where:` runs an op's body so that every failure inside it
+    leaves through `fail`, naming what `where` knows by then."""
 
-    where = Where(label)
-    try:
-        yield where
-    except PoolError:
-        raise
-    except Problem as p:
-        fail(p.kind, label, where.device, str(where.dtype), p.reason, **p.extra)
-    except (cl.Error, MemoryError) as e:
-        fail(KernelError, label, where.device, str(where.dtype), f"launch failed: {e}")
-    except Exception as e:  # a failure nothing above foresaw still leaves through `fail`
-        fail(
-            KernelError,
-            label,
-            where.device,
-            str(where.dtype),
-            f"unexpected {type(e).__name__}: {e}",
-        )
+    def __init__(self, label: str) -> None:
+        self.where = Where(label)
+
+    def __enter__(self) -> Where:
+        return self.where
+
+    def __exit__(self, kind: type | None, e: BaseException | None, tb: object) -> None:
+        if e is None or isinstance(e, PoolError) or not isinstance(e, Exception):
+            return
+        import pyopencl as cl
+
+        w = self.where
+        if isinstance(e, Problem):
+            fail(e.kind, w.label, w.device, str(w.dtype), e.reason, **e.extra)
+        if isinstance(e, cl.Error):
+            fail(KernelError, w.label, w.device, str(w.dtype), f"launch failed: {e}")
+        if isinstance(e, MemoryError):
+            fail(KernelError, w.label, w.device, str(w.dtype), f"out of memory: {e}")
+        # a failure nothing above foresaw still leaves through `fail`
+        fail(KernelError, w.label, w.device, str(w.dtype), f"unexpected {type(e).__name__}: {e}")

@@ -1,15 +1,22 @@
-"""Loading the .cl sources and building each program once per (context, source, options)."""
+"""Loading the .cl sources and building each program once per (context, source, options),
+in a bounded cache."""
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 import threading
 import warnings
+from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 
 import pyopencl as cl
 
+from . import policy
 from .errors import KernelError, Problem
+from .lru import LRU
 
 HEADER = "clpool.h"
 _HERE = Path(__file__).resolve().parent
@@ -27,34 +34,82 @@ def kernel_dir() -> Path:
 
 @cache
 def source(name: str) -> str:
-    """The text of one .cl file with the shared header pasted in front."""
-    folder = kernel_dir()
-    return (folder / HEADER).read_text() + "\n" + (folder / name).read_text()
+    """The text of one .cl file (it includes the header through -I)."""
+    return (kernel_dir() / name).read_text()
 
 
-_programs: dict[tuple, dict[str, cl.Kernel]] = {}
-_locks: dict[tuple, threading.Lock] = {}
-_lock = threading.Lock()  # guards _locks and the counter; each build holds its key's lock
+def include_options() -> tuple[str, ...]:
+    """The -I option that lets the sources #include the header."""
+    folder = str(kernel_dir())
+    return ("-I", f'"{folder}"' if " " in folder else folder)
+
+
+class Program(Mapping):
+    """A built program: its kernels by name, each made when first asked for. (Making all
+    of them at once with clCreateKernelsInProgram costs PoCL 1.45 MiB per context that
+    it never gives back.)"""
+
+    def __init__(self, program: cl.Program) -> None:
+        _import_invoker()
+        self.program = program
+        names = program.get_info(cl.program_info.KERNEL_NAMES)
+        self.names = tuple(name for name in names.split(";") if name)
+        self._made: Program = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, name: str) -> cl.Kernel:
+        if name not in self.names:
+            raise KeyError(name)
+        with self._lock:
+            if name not in self._made:
+                self._made[name] = cl.Kernel(self.program, name)
+            return self._made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+# context -> (source, options) -> Program, for at most policy.contexts_kept contexts and
+# policy.programs_kept programs each: a program keeps its context alive.
+_programs: LRU[LRU[Program]] = LRU(lambda: policy.current().contexts_kept)
+_building: dict[tuple, threading.Lock] = {}  # one lock per program being built
+_lock = threading.Lock()  # guards _building, the counter and the warning flag
 builds = 0  # how many programs this process has built, for tests and the cold-start report
+_uncached_said = False
 
 
-def kernels(context: cl.Context, name: str, options: tuple[str, ...]) -> dict[str, cl.Kernel]:
+def _context_programs(context: cl.Context) -> LRU[Program]:
+    found = _programs.get(context.int_ptr)
+    if found is None:
+        found = _programs.put(context.int_ptr, LRU(lambda: policy.current().programs_kept))
+    return found
+
+
+def kernels(context: cl.Context, name: str, options: tuple[str, ...]) -> Program:
     """The kernels of `name` built with `options` on `context`, built on first use. A build
     blocks only callers that want the same program."""
     global builds
-    key = (context.int_ptr, name, options)
-    found = _programs.get(key)
+    held = _context_programs(context)
+    found = held.get((name, options))
     if found is not None:
         return found
+    key = (context.int_ptr, name, options)
     with _lock:
-        key_lock = _locks.setdefault(key, threading.Lock())
+        key_lock = _building.setdefault(key, threading.Lock())
     with key_lock:
-        found = _programs.get(key)
-        if found is None:
-            found = _programs[key] = _build(context, name, source(name), options)
+        try:
+            found = held.get((name, options))
+            if found is None:
+                found = held.put((name, options), _build(context, name, source(name), options))
+                with _lock:
+                    builds += 1
+            return found
+        finally:
             with _lock:
-                builds += 1
-        return found
+                _building.pop(key, None)
 
 
 def kernel(context: cl.Context, name: str, options: tuple[str, ...], kernel: str) -> cl.Kernel:
@@ -70,14 +125,25 @@ def kernel(context: cl.Context, name: str, options: tuple[str, ...], kernel: str
     return found
 
 
-def _build(
-    context: cl.Context, name: str, text: str, options: tuple[str, ...]
-) -> dict[str, cl.Kernel]:
-    program = cl.Program(context, text)
+def forget() -> None:
+    """Drop every program built so far (they are built again when next wanted)."""
+    _programs.clear()
+
+
+def _build(context: cl.Context, name: str, text: str, options: tuple[str, ...]) -> Program:
+    flags = [*options, *include_options()]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", cl.CompilerWarning)
-            program.build(options=list(options))
+            try:
+                program = cl.Program(context, text).build(options=flags)
+            except KeyError as e:
+                if e.args != ("PYOPENCL_CACHE_FAILURE_FATAL",):
+                    raise
+                # PyOpenCL could not write its compiler cache (and trips over its own
+                # error report): build without it.
+                _say_uncached()
+                program = cl.Program(cl._cl._Program(context, text)).build(options=flags)
     except cl.Error as e:
         # PyOpenCL puts the build log of every device into the message.
         raise Problem(
@@ -86,4 +152,45 @@ def _build(
             log=str(e),
             options=" ".join(options),
         ) from e
-    return {k.function_name: k for k in program.all_kernels()}
+    found = Program(program)
+    if not found.names:
+        raise Problem(
+            KernelError,
+            f"building {name} gave no kernels (the driver's build failed silently)",
+            options=" ".join(options),
+        )
+    return found
+
+
+def _say_uncached() -> None:
+    global _uncached_said
+    with _lock:
+        said, _uncached_said = _uncached_said, True
+    if not said:
+        warnings.warn(
+            "clpool: PyOpenCL's cache directory is not writable; clpool builds programs "
+            "without its compiler cache and keeps its kernel-invoker cache in a temporary "
+            "folder (set XDG_CACHE_HOME to a writable folder)",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
+def _import_invoker() -> None:
+    """Import pyopencl.invoker, which opens a cache in the user's cache folder as it loads
+    (at the first kernel made); where that folder is not writable, in a temporary one."""
+    if "pyopencl.invoker" in sys.modules:
+        return
+    try:
+        import pyopencl.invoker  # noqa: F401
+    except OSError:
+        _say_uncached()
+        saved = os.environ.get("XDG_CACHE_HOME")
+        os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="clpool-pyopencl-")
+        try:
+            import pyopencl.invoker  # noqa: F401
+        finally:
+            if saved is None:
+                os.environ.pop("XDG_CACHE_HOME", None)
+            else:
+                os.environ["XDG_CACHE_HOME"] = saved

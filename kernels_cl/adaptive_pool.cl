@@ -1,6 +1,8 @@
 /* Adaptive average pooling: output cell i of n over an axis of size s spans
  * [floor(i*s/n), ceil((i+1)*s/n)). */
 
+#include "clpool.h"
+
 /* floor(i*size/n), or the ceiling when `up`. While the operands are small a float
  * quotient corrected by one step is exact (integer division is slow on GPUs and does
  * not vectorize on CPUs); larger ones take 64-bit division. */

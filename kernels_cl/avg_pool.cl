@@ -3,6 +3,8 @@
  * it to every window that covers it; the backward loads each candidate window (and
  * computes its divisor) once for all of them. */
 
+#include "clpool.h"
+
 /* The sizes every average pooling kernel takes: the plane's, the output's, the window's in
  * the order of shapes.Window.avg_args(), then the divisor rule. A kernel and its `_plane`
  * twin take the same arguments. */

@@ -4,6 +4,8 @@
  * loading each candidate window once for all rows: 713 against 1,161 us on
  * [128,64,128,128] k3 s1), each candidate window once for the work-item's columns. */
 
+#include "clpool.h"
+
 /* The sizes every max pooling kernel takes: the plane's, the output's, then the window's
  * in the order of shapes.Window.args(). A kernel and its `_plane` twin take the same
  * arguments. */

@@ -10,7 +10,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from clpool import discovery, ops, programs, verify
+from clpool import discovery, launch, policy, programs, verify
 from clpool.errors import Problem
 
 
@@ -64,6 +64,15 @@ def pocl_device() -> cl.Device:
     pytest.skip("PoCL is not installed")
 
 
+@pytest.fixture(autouse=True)
+def fresh_policy():
+    """Each test reads the CLPOOL_ tuning variables afresh (at its first op call); a test
+    that changes them mid-way calls policy.set_policy(None)."""
+    policy.set_policy(None)
+    yield
+    policy.set_policy(None)
+
+
 @pytest.fixture(params=["specialised", "generic"])
 def variant(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
     """Run with small windows built as constants (clpool's default) and work-items of one
@@ -81,13 +90,14 @@ def variant(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 def launched(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, np.dtype]]:
     """(kernel name, dtype) of every kernel clpool launches during the test, in order."""
     record: list[tuple[str, np.dtype]] = []
-    launch = ops._Call.launch
+    run = launch.run
 
-    def spy(self, name, *args, **kw):
-        record.append((name, self.dtype))
-        return launch(self, name, *args, **kw)
+    def spy(plan, arrays):
+        steps = [c for c in plan.copies if c is not None] + list(plan.steps)
+        record.extend((step.name, plan.dtype) for step in steps)
+        return run(plan, arrays)
 
-    monkeypatch.setattr(ops._Call, "launch", spy)
+    monkeypatch.setattr(launch, "run", spy)
     return record
 
 
@@ -112,9 +122,8 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, launch
     work-item per plane (CPU, float32 and float64), and check that the chosen ones
     launched."""
     plane = request.param == "plane"
-    monkeypatch.setattr(ops, "per_plane", lambda device, dtype, planes: (
-        plane and dtype != np.float16))
-    yield request.param
+    with policy.use(per_plane=plane):
+        yield request.param
     ran = getattr(request.node, "rep_call", None)
     if ran is None or ran.skipped:
         return  # the test did not run (the device lacks its dtype)

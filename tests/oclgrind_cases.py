@@ -38,7 +38,7 @@ import pyopencl._cl as _cl
 import pyopencl.array as cla
 
 import clpool
-from clpool import discovery, ops, verify
+from clpool import discovery, policy, verify
 from clpool import reference as ref
 
 Case = tuple[str, Callable[[np.dtype], list[tuple[str, object, object]]]]
@@ -216,13 +216,8 @@ def _as_cpu(run: Callable[[], object]) -> Callable[[], object]:
     """`run` with the kernels clpool picks on a CPU: one plane per work-item for the
     backward ops and global average pooling."""
     def wrapped():
-        saved = ops.per_plane, ops.on_gpu
-        ops.per_plane = lambda device, dtype, planes: True
-        ops.on_gpu = lambda device: False
-        try:
+        with policy.use(per_plane=True, gpu=False):
             return run()
-        finally:
-            ops.per_plane, ops.on_gpu = saved
     return wrapped
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from clpool import PoolArgumentError
+from clpool import PoolArgumentError, check
 from clpool import reference as ref
 
 
@@ -132,15 +132,11 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def assert_close(got, want, rtol: float = 1e-5, context: object = "") -> None:
-    """|got - want| <= rtol * max(|want|, 1) elementwise (the check command's measure)."""
+    """|got - want| <= rtol * max(|want|, 1) elementwise: clpool.check's measure."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     assert got.shape == want.shape, f"shape {got.shape} != {want.shape} {context}"
-    with np.errstate(invalid="ignore"):
-        err = np.abs(got - want) / np.maximum(np.abs(want), 1.0)
-    same = (got == want) | (np.isnan(got) & np.isnan(want))
-    bad = ~same & ~(err <= rtol)
-    assert not bad.any(), (f"{bad.sum()} elements differ, worst {np.nanmax(err[bad])} "
-                           f"{context}")
+    err = check.error(got, want)
+    assert err <= rtol, f"error {err} > {rtol} {context}"
 
 
 def message_re(label: str, device: cl.Device, dtype: str) -> str:

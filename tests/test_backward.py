@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
@@ -17,7 +19,7 @@ from pool_cases import (
 )
 
 import clpool
-from clpool import ops
+from clpool import policy
 from clpool import reference as ref
 
 
@@ -81,14 +83,19 @@ def test_wide_windows_match_reference(path):
 
 def test_backward_of_windows_overlapping_at_most_twice_builds_their_sizes(build_options):
     """A backward loops over the windows reaching an element, so large windows that overlap
-    at most twice build with their sizes as constants: the average backward's and adaptive
-    pooling's with equal cells."""
+    at most twice build with their sizes as constants (the user picks the window). Equal
+    adaptive cells follow the input's size: only square cells of the policy's fixed sides
+    are constants, so images of varying size do not build a program each."""
     rng = np.random.default_rng(2260)
     x = data(rng, (1, 2, 112, 112))
-    clpool.adaptive_avg_pool2d_backward(data(rng, (1, 2, 2, 2)), x)  # cells of 56 x 56
-    assert any("-DCLPOOL_KH=56" in opts and "-DCLPOOL_SW=56" in opts for opts in build_options)
     clpool.avg_pool2d_backward(data(rng, (1, 2, 10, 10)), x, 20, 10, 0)
     assert any("-DCLPOOL_KH=20" in opts and "-DCLPOOL_SW=10" in opts for opts in build_options)
+    build_options.clear()
+    clpool.adaptive_avg_pool2d_backward(data(rng, (1, 2, 2, 2)), x)  # cells of 56 x 56
+    assert build_options and not any("-DCLPOOL_KH" in " ".join(o) for o in build_options)
+    clpool.adaptive_avg_pool2d_backward(data(rng, (1, 2, 7, 7)), x)  # cells of 16 x 16
+    fixed = 16 in policy.current().adaptive_cells
+    assert fixed and any("-DCLPOOL_KH=16" in opts for opts in build_options)
 
 
 def test_per_plane_backward_runs_in_its_forward_program(monkeypatch, build_options,
@@ -96,8 +103,7 @@ def test_per_plane_backward_runs_in_its_forward_program(monkeypatch, build_optio
     """One work-item per plane takes no tile, so a backward asks for the program its
     forward op built (one build fewer per window on a CPU), also for the copy of a strided
     device gradient."""
-    monkeypatch.setattr(ops, "on_gpu", lambda device: False)
-    monkeypatch.setattr(ops, "per_plane", lambda device, dtype, planes: True)
+    policy.set_policy(replace(policy.from_env(), gpu=False, per_plane=True))
     context = cl.Context([device])
     queue = cl.CommandQueue(context)
     rng = np.random.default_rng(2250)
@@ -139,7 +145,7 @@ def test_backward_matches_torch_autograd(path, device):
         assert_close(got, xt.grad.numpy(), 1e-5, case)
         # per plane: PyTorch's CPU additions in its order, so bit-identical where division
         # is correctly rounded (OpenCL allows a GPU's float division 2.5 ulp)
-        exact = path == "plane" and not ops.on_gpu(device)
+        exact = path == "plane" and not policy.current().on_gpu(device)
         assert not exact or same_bits(got, xt.grad.numpy()), case
     for shape, size in adaptive_cases(2302, 60):
         x = data(rng, shape)

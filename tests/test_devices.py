@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import clpool
-from clpool import canary, cli, discovery, icd, ops, programs, quirks, verify
+from clpool import canary, cli, discovery, icd, policy, programs, quirks, verify
 from clpool import reference as ref
 from clpool.errors import KernelError, PoolArgumentError, Problem
 
@@ -125,7 +125,7 @@ def test_the_canary_launches_every_kernel_the_device_runs(device, launched, monk
         verify.forget()
     ran = {name for name, _ in launched} | {"clpool_contiguous", "clpool_contiguous_index"}
     gpu_only = {"adaptive_avg_pool2d_band", "adaptive_avg_pool2d_global"}
-    if ops.on_gpu(device):
+    if policy.current().on_gpu(device):
         expected = {k for k in _defined_kernels() if not k.endswith("_plane")}
     else:
         expected = _defined_kernels() - gpu_only

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 import pyopencl as cl
@@ -19,7 +20,7 @@ from pool_cases import (
 )
 
 import clpool
-from clpool import discovery, ops, programs
+from clpool import discovery, policy, programs
 from clpool import reference as ref
 
 NAN, INF = np.nan, np.inf
@@ -115,7 +116,7 @@ def test_adaptive_equal_cells_match_reference(device, build_options, dtype):
             x = data(rng, (2, 3, kh * oh, kw * ow), dtype)
             assert_close(clpool.adaptive_avg_pool2d(x, (oh, ow)),
                          ref.adaptive_avg_pool2d(x, (oh, ow)), 1e-5, (kh, kw, oh, ow))
-    largest = 8 if ops.on_gpu(device) else 16
+    largest = 8 if policy.current().on_gpu(device) else 16
     assert any(f"-DCLPOOL_KH={largest}" in opts and f"-DCLPOOL_KW={largest}" in opts
                for opts in build_options)
 
@@ -138,7 +139,7 @@ def test_cpu_global_average_matches_reference(device, monkeypatch, launched, dty
         pytest.skip("no float64 on this device")
     if dtype == np.float16 and not discovery.has_fp16(device):
         pytest.skip("the suite's device has no native fp16")
-    monkeypatch.setattr(ops, "on_gpu", lambda device: False)
+    policy.set_policy(replace(policy.from_env(), gpu=False))
     rng = np.random.default_rng(1240)
     for h, w in [(1, 1), (5, 6), (4, 8), (3, 11), (31, 33), (32, 32), (1, 1055), (70, 70),
                  (300, 301)]:
@@ -155,7 +156,7 @@ def test_cpu_global_average_matches_reference(device, monkeypatch, launched, dty
 def test_gpu_choices_match_reference(monkeypatch, launched):
     """What clpool runs on a GPU (its tiles, the band and global adaptive kernels), run on
     the suite's device."""
-    monkeypatch.setattr(ops, "on_gpu", lambda device: True)
+    policy.set_policy(replace(policy.from_env(), gpu=True))
     rng = np.random.default_rng(1250)
     bands = [((2, 3, 35, 12), (2, 3)), ((1, 2, 64, 16), (4, 4)), ((1, 1, 130, 8), (2, 5)),
              ((3, 40, 4), (2, 1)), ((1, 1, 16, 132), (1, 7))]
@@ -180,9 +181,9 @@ def test_vector_row_loads_match_reference(monkeypatch, build_options, rows, cols
     """The GPU forward that loads tile rows as vload4 chunks (-DCLPOOL_VEC4): every
     padding modulo 4, strides 1 to 4, dilation, ceil mode and -inf, NaN and ties, on rows
     of 8 to 20 columns."""
-    monkeypatch.setattr(ops, "on_gpu", lambda device: True)
     monkeypatch.setenv("CLPOOL_ROWS", str(rows))
     monkeypatch.setenv("CLPOOL_COLS", str(cols))
+    policy.set_policy(replace(policy.from_env(), gpu=True))
     rng = np.random.default_rng(1260 + cols)
     vec4 = 0
     for w in (8, 12, 20):
@@ -490,6 +491,7 @@ def test_float16_storage_opt_in_is_honoured(pocl_device, monkeypatch):
     assert clpool.adaptive_avg_pool2d(x, 3, device=pocl_device).shape == (0, 2, 3, 3)
     assert programs.builds == builds
     monkeypatch.setenv("CLPOOL_FP16", "")
+    policy.set_policy(None)
     if not clpool.discovery.has_fp16(pocl_device):
         with pytest.raises(clpool.UnsupportedDtypeError):
             clpool.max_pool2d(x, 2, device=pocl_device)

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 import clpool
-from clpool import capabilities, cli, discovery, errors, ops, programs
+from clpool import capabilities, cli, discovery, errors, plans, policy, programs
 from clpool.errors import KernelError, PoolArgumentError, PoolError, UnsupportedDtypeError
 
 FIELDS = {
@@ -196,13 +196,15 @@ def test_float16_rejected_on_pocl_before_any_build(pocl_device, monkeypatch):
 def test_probe_allows_float64_on_pocl_and_float16_with_storage_opt_in(pocl_device,
                                                                        monkeypatch):
     monkeypatch.delenv("CLPOOL_FP16", raising=False)
-    assert ops._dtype_problem(np.dtype(np.float64), pocl_device) is None
-    assert ops._dtype_problem(np.dtype(np.float32), pocl_device) is None
-    assert ops._dtype_problem(np.dtype(np.float16), pocl_device) is not None
+    assert plans.dtype_problem(np.dtype(np.float64), pocl_device) is None
+    assert plans.dtype_problem(np.dtype(np.float32), pocl_device) is None
+    assert plans.dtype_problem(np.dtype(np.float16), pocl_device) is not None
     monkeypatch.setenv("CLPOOL_FP16", "storage")
+    policy.set_policy(None)
     assert capabilities.fp16_storage_opt_in()
-    assert ops._dtype_problem(np.dtype(np.float16), pocl_device) is None
+    assert plans.dtype_problem(np.dtype(np.float16), pocl_device) is None
     monkeypatch.setenv("CLPOOL_FP16", "native")
+    policy.set_policy(None)
     assert not capabilities.fp16_storage_opt_in()
 
 
@@ -438,10 +440,13 @@ def kernel_folder(tmp_path, monkeypatch):
     """A kernel folder of our own in place of the shipped one; the source cache is cleared
     before and after, and no program built before is reused."""
     monkeypatch.setattr(programs, "_CANDIDATES", (tmp_path,))
-    monkeypatch.setattr(programs, "_programs", {})
+    programs.forget()
+    plans.forget()
     programs.source.cache_clear()
     yield tmp_path
     programs.source.cache_clear()
+    programs.forget()
+    plans.forget()
 
 
 def test_build_failure_inside_an_op_is_a_kernel_error(device, kernel_folder):
@@ -478,10 +483,11 @@ def test_missing_kernel_sources_are_a_kernel_error(kernel_folder):
 def test_kernel_dir_holds_every_source():
     folder = programs.kernel_dir()
     assert (folder / programs.HEADER).is_file()
-    for name in ops.SOURCES.values():
+    for name in plans.SOURCES.values():
         assert (folder / name).is_file()
         text = programs.source(name)
-        assert text.startswith((folder / programs.HEADER).read_text())
+        assert text == (folder / name).read_text()
+        assert f'#include "{programs.HEADER}"' in text  # through -I: log lines match files
 
 
 def test_program_cache_builds_once_for_repeated_calls():

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from clpool import discovery, ops, programs
+from clpool import discovery, plans, programs
 
 pytestmark = pytest.mark.oclgrind
 
@@ -87,7 +87,7 @@ def kernel_names() -> set[str]:
     (macro-made kernels included)."""
     context = discovery.runtime(discovery.select()).context
     names = set()
-    for source in ops.SOURCES.values():
+    for source in plans.SOURCES.values():
         names |= set(programs.kernels(context, source, ("-DCLPOOL_DTYPE=32",)))
     return names
 

@@ -1,0 +1,126 @@
+"""Each kernel's signature, declared once, and launches bound to it: a kernel instance of
+its own with its scalar arguments set and typed when planned, and its buffers set at each
+call."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyopencl as cl
+
+from .errors import PoolArgumentError, Problem
+
+GLOBAL, LOCAL, INT, LONG = "global", "local", "int", "long"
+
+
+def _ints(*names: str) -> tuple[tuple[str, str], ...]:
+    return tuple((name, INT) for name in names)
+
+
+# The argument lists of kernels_cl/*.cl, in order (tests/test_kernels.py reads the .cl
+# files and holds the two to each other). A kernel and its `_plane` twin take the same.
+_MAX_SIZES = _ints("H", "W", "OH", "OW", "kh", "kw", "sh", "sw", "ph", "pw", "dh", "dw")
+_AVG_SIZES = _ints(
+    "H", "W", "OH", "OW", "kh", "kw", "sh", "sw", "ph", "pw", "count_include_pad",
+    "divisor_override",
+)  # fmt: skip
+_ADAPTIVE_SIZES = _ints("H", "W", "OH", "OW")
+_CONTIGUOUS = (
+    ("in", GLOBAL), ("out", GLOBAL), ("offset", LONG), *_ints("C", "H", "W"),
+    ("sn", LONG), ("sc", LONG), ("sh", LONG), ("sw", LONG),
+)  # fmt: skip
+_SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
+    "max_pool2d_forward": (("x", GLOBAL), ("out", GLOBAL), ("indices", GLOBAL), *_MAX_SIZES),
+    "max_pool2d_backward": (
+        ("grad_out", GLOBAL),
+        ("indices", GLOBAL),
+        ("grad_x", GLOBAL),
+        *_MAX_SIZES,
+    ),  # fmt: skip
+    "avg_pool2d_forward": (("x", GLOBAL), ("out", GLOBAL), *_AVG_SIZES),
+    "avg_pool2d_backward": (("grad_out", GLOBAL), ("grad_x", GLOBAL), *_AVG_SIZES),
+    "adaptive_avg_pool2d_forward": (("x", GLOBAL), ("out", GLOBAL), *_ADAPTIVE_SIZES),
+    "adaptive_avg_pool2d_band": (
+        ("x", GLOBAL),
+        ("out", GLOBAL),
+        *_ADAPTIVE_SIZES,
+        ("colsum", LOCAL),
+    ),  # fmt: skip
+    "adaptive_avg_pool2d_backward": (("grad_out", GLOBAL), ("grad_x", GLOBAL), *_ADAPTIVE_SIZES),
+    "adaptive_avg_pool2d_global": (
+        ("x", GLOBAL),
+        ("out", GLOBAL),
+        ("HW", LONG),
+        ("scratch", LOCAL),
+    ),
+    "adaptive_avg_pool2d_plane": (("x", GLOBAL), ("out", GLOBAL), ("HW", LONG)),
+    "clpool_contiguous": _CONTIGUOUS,
+    "clpool_contiguous_index": _CONTIGUOUS,
+}
+for _name in ("max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward",
+              "avg_pool2d_backward", "adaptive_avg_pool2d_backward"):  # fmt: skip
+    _SIGNATURES[f"{_name}_plane"] = _SIGNATURES[_name]
+SIGNATURES = _SIGNATURES
+
+_LIMITS = {INT: (np.int32, 2**31), LONG: (np.int64, 2**63)}
+
+
+def _typed(kernel: str, arg: str, kind: str, value: object) -> object:
+    if kind == LOCAL:
+        return cl.LocalMemory(int(value))
+    ctype, limit = _LIMITS[kind]
+    if not -limit <= int(value) < limit:
+        raise Problem(
+            PoolArgumentError,
+            f"{arg}={value} is too large for the {kind} argument of kernel {kernel}",
+        )
+    return ctype(value)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel enqueue, decided once: the kernel (an instance of its own, scalars set),
+    its range, and which call slot each remaining argument takes."""
+
+    name: str
+    kernel: cl.Kernel
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None
+    bound: tuple[tuple[int, str], ...]  # (argument index, slot) set at each call
+    lock: threading.Lock = field(default_factory=threading.Lock, compare=False)
+
+    def enqueue(self, queue: cl.CommandQueue, slots: dict, wait_for: list | None) -> cl.Event:
+        """Set the per-call arguments from `slots` and enqueue after `wait_for`."""
+        with self.lock:
+            for index, slot in self.bound:
+                self.kernel.set_arg(index, slots[slot])
+            return cl.enqueue_nd_range_kernel(
+                queue, self.kernel, self.global_size, self.local_size, wait_for=wait_for
+            )
+
+
+def bind(
+    built: cl.Kernel,
+    global_size: tuple[int, ...],
+    local_size: tuple[int, ...] | None,
+    slots: dict[str, str] | None = None,
+    **scalars: object,
+) -> Launch:
+    """A Launch of the built kernel `built`: each argument its signature names is one of
+    `scalars` (set now, typed by the signature) or a slot filled at each call (its own
+    name, or the one `slots` maps it to)."""
+    name = built.function_name
+    signature = SIGNATURES[name]
+    unknown = set(scalars) - {arg for arg, _ in signature}
+    if unknown:
+        raise ValueError(f"{name} takes no argument {', '.join(sorted(unknown))}")
+    kernel = cl.Kernel(built.program, name)  # its own instance: arguments set per plan
+    bound = []
+    for index, (arg, kind) in enumerate(signature):
+        if arg in scalars:
+            kernel.set_arg(index, _typed(name, arg, kind, scalars[arg]))
+        else:
+            bound.append((index, (slots or {}).get(arg, arg)))
+    return Launch(name, kernel, tuple(global_size), local_size, tuple(bound))

@@ -1,0 +1,114 @@
+"""Running a plan: numpy inputs uploaded, device inputs' events waited on, outputs
+allocated from the queue's memory pool, kernels enqueued in order by events, and the
+outputs returned carrying their events (numpy outputs for numpy inputs)."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pyopencl.array as cla
+import pyopencl.tools as cl_tools
+
+from . import plans, policy
+from .errors import PoolArgumentError, Problem
+from .lru import LRU
+
+
+def _drop_queue(held: tuple) -> None:
+    queue, pool = held
+    pool.free_held()
+    plans.forget_queue(queue.int_ptr)
+
+
+# queue -> (queue, its memory pool), for the policy's number of queues; a queue dropped
+# takes its pool and plans with it.
+_pools: LRU[tuple] = LRU(lambda: policy.current().queues_kept, _drop_queue)
+
+
+def memory_pool(queue) -> cl_tools.MemoryPool:
+    """The pool clpool allocates outputs and uploads from on `queue`, one per queue so that
+    a reused block is only ever touched in that queue's order. Reuse spares a CPU device
+    the page faults of fresh memory and every device the cost of creating buffers."""
+    held = _pools.get(queue.int_ptr)
+    if held is None:
+        pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(queue))
+        held = _pools.put(queue.int_ptr, (queue, pool))
+    return held[1]
+
+
+def empty_cache() -> None:
+    """Give the memory clpool keeps for reuse back to the OpenCL runtime (arrays still in
+    use stay), like torch.cuda.empty_cache()."""
+    for _, pool in _pools.values():
+        pool.free_held()
+
+
+# PyOpenCL's own operations make their results through Array's fast path, which skips
+# re-checking a shape and strides already known good; so do plans (an output's shape and
+# strides are checked when it is planned). Without that path, the public constructor.
+_FAST = "_fast" in inspect.signature(cla.Array.__init__).parameters
+
+
+def _empty(plan: plans.Plan, spec: plans.Output, pool) -> cla.Array:
+    """A new array for output `spec` of `plan`."""
+    if _FAST:
+        return cla.Array(
+            None,
+            spec.shape,
+            spec.dtype,
+            allocator=pool,
+            strides=spec.strides,
+            _fast=True,
+            _size=spec.size,
+            _context=plan.context,
+            _queue=plan.queue,
+        )
+    return cla.empty(plan.queue, spec.shape, spec.dtype, allocator=pool)
+
+
+def _upload(queue, value: object, pool) -> cla.Array:
+    """A numpy input on the device (a blocking copy: no event to wait on)."""
+    try:
+        a = np.ascontiguousarray(plans.host_array(value))
+    except MemoryError:
+        nbytes = np.asarray(value).nbytes
+        raise Problem(
+            PoolArgumentError, f"the input ({nbytes} bytes) does not fit in host memory"
+        ) from None
+    return cla.to_device(queue, a, allocator=pool)
+
+
+def run(plan: plans.Plan, arrays: tuple) -> list:
+    """Run `plan` on the call's input arrays; its outputs, in the inputs' kind."""
+    queue = plan.queue
+    pool = memory_pool(queue) if plan.pooled else None
+    slots: dict[str, object] = {}
+    waits: list = []
+    for a, slot, copy in zip(arrays, plan.inputs, plan.copies, strict=True):
+        if slot is None:
+            continue
+        if not isinstance(a, cla.Array):
+            a = _upload(queue, a, pool)
+        if copy is None:
+            slots[slot] = a.base_data
+            waits.extend(a.events)
+            continue
+        dense = cla.empty(queue, a.shape, a.dtype, allocator=pool)
+        slots[f"{slot}:src"] = a.base_data
+        slots[f"{slot}:offset"] = np.int64(a.offset // a.dtype.itemsize)
+        slots[slot] = dense.base_data
+        waits.append(copy.enqueue(queue, slots, a.events or None))
+    outputs = []
+    for spec in plan.outputs:
+        out = _empty(plan, spec, pool)
+        slots[spec.slot] = out.base_data
+        outputs.append(out)
+    event = None
+    for step in plan.steps:
+        event = step.enqueue(queue, slots, waits or None)
+        waits = [event]
+    if event is not None:
+        for out in outputs:
+            out.add_event(event)
+    return [out.get() for out in outputs] if plan.host else outputs

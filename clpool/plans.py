@@ -1,0 +1,326 @@
+"""Plans: what one call signature launches (program variant, kernels, ranges, typed
+scalars, outputs), decided once and cached per (op, arguments, shapes, strides, dtypes,
+device, queue)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+from . import kernels, policy, programs, quirks
+from .capabilities import has_fp16, has_fp64
+from .discovery import Runtime, choose, require, runtime
+from .errors import PoolArgumentError, Problem, UnsupportedDtypeError, Where
+from .lru import LRU
+from .shapes import Window
+
+SOURCES = {"max": "max_pool.cl", "avg": "avg_pool.cl", "adaptive": "adaptive_pool.cl"}
+DTYPE_BITS = {np.dtype(np.float16): 16, np.dtype(np.float32): 32, np.dtype(np.float64): 64}
+# The four windowed kernels, whose work-items take columns as well as rows.
+TILED = {"max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward", "avg_pool2d_backward"}
+TILED_FAMILIES = ("max", "avg")  # the SOURCES that hold them
+# Work-items along a row of a work-group: 64 keeps a row's loads in one or two cache lines
+# of a GPU and leaves room for rows of the tile.
+ROW_GROUP = 64
+
+
+@dataclass(frozen=True)
+class Output:
+    """An array a call allocates and returns: the slot it fills, its shape, dtype and
+    (C-contiguous) strides."""
+
+    slot: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    strides: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a call launches, decided once for its signature."""
+
+    device: str  # the device's name, for errors
+    dtype: np.dtype
+    queue: cl.CommandQueue
+    context: cl.Context
+    host: bool  # numpy inputs: uploaded, and the outputs returned as numpy
+    pooled: bool  # allocate from the queue's memory pool (not on out-of-order queues)
+    inputs: tuple[str | None, ...]  # the slot each input fills; None: only its shape counts
+    copies: tuple[kernels.Launch | None, ...]  # per input: a copy to a contiguous buffer
+    outputs: tuple[Output, ...]
+    steps: tuple[kernels.Launch, ...]
+
+
+def pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def ndrange(device: cl.Device, cols: int, rows: int, planes: int) -> tuple[tuple, tuple]:
+    """Global and local sizes for a kernel with one work-item per (col, row, plane)."""
+    group = min(policy.current().group, device.max_work_group_size)
+    lx = min(pow2_at_least(cols), ROW_GROUP, group)
+    ly = min(pow2_at_least(rows), max(1, group // lx))
+    return (-(-cols // lx) * lx, -(-rows // ly) * ly, planes), (lx, ly, 1)
+
+
+def dtype_problem(dtype: np.dtype, device: cl.Device) -> str | None:
+    """Why `device` cannot run `dtype`, or None."""
+    bits = DTYPE_BITS.get(dtype)
+    if bits is None:
+        return f"dtype {dtype.name} is not supported (float16, float32 or float64)"
+    if bits == 64 and not has_fp64(device):
+        return "the device lacks cl_khr_fp64, so float64 is not supported there"
+    if bits == 16 and not (has_fp16(device) or policy.current().fp16_storage):
+        return (
+            "the device lacks cl_khr_fp16, so float16 is not supported there "
+            "(set CLPOOL_FP16=storage to allow half storage computed in float32)"
+        )
+    return None
+
+
+def host_array(value: object) -> np.ndarray:
+    """`value` as a numpy array in the machine's byte order (devices read little-endian
+    numbers)."""
+    try:
+        a = np.asarray(value)
+    except (ValueError, TypeError) as e:
+        raise Problem(PoolArgumentError, f"input is not an array: {e}") from None
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
+
+
+def _resolve(where: Where, spec: object, arrays: tuple) -> tuple[Runtime, bool]:
+    """The device, context and queue a call runs on, and whether its inputs are numpy."""
+    on_device = [a for a in arrays if isinstance(a, cla.Array)]
+    if not on_device:
+        chosen = choose(spec)
+        where.device = chosen.name.strip()
+        return runtime(require(chosen)), True
+    queue = on_device[0].queue
+    if queue is None:
+        raise Problem(PoolArgumentError, "device arrays must have a queue")
+    where.device = queue.device.name.strip()
+    if any(a.context != queue.context for a in on_device):
+        raise Problem(PoolArgumentError, "device arrays must share one context")
+    if spec is not None and choose(spec).int_ptr != queue.device.int_ptr:
+        raise Problem(
+            PoolArgumentError, f"device={spec!r} differs from the device of the input arrays"
+        )
+    return Runtime(require(queue.device), queue.context, queue), False
+
+
+class Planner:
+    """Builds the Plan of one call: its device and dtype, the build variant, the kernels it
+    launches and the outputs it allocates."""
+
+    def __init__(self, where: Where, family: str, spec: object, arrays: tuple) -> None:
+        self.rt, self.host = _resolve(where, spec, arrays)
+        self.arrays = [a if isinstance(a, cla.Array) else host_array(a) for a in arrays]
+        self.dtype = self.arrays[0].dtype
+        where.dtype = self.dtype
+        for a in self.arrays:
+            if not (isinstance(a, cla.Array) and a.flags.c_contiguous and a.offset == 0):
+                self._fits("an input", a.shape, a.dtype)
+        problem = dtype_problem(self.dtype, self.rt.device)
+        if problem:
+            raise Problem(UnsupportedDtypeError, problem)
+        self.policy = policy.current()
+        self.gpu = self.policy.on_gpu(self.rt.device)
+        self.family = family
+        self.index_bits = 64
+        self.options: tuple[str, ...] = ()
+        self.rows = self.cols = 1
+        self.by_plane = False
+        self.steps: list[kernels.Launch] = []
+        self.outputs: list[Output] = []
+
+    def specialize(
+        self,
+        tuned_as: str,
+        extents: tuple[int, ...],
+        win: Window | None = None,
+        width: int | None = None,
+        planes: int | None = None,
+        constants: bool | None = None,
+    ) -> None:
+        """Choose the build variant: the tile per work-item tuned for kernel `tuned_as`
+        (none where the op runs one work-item per plane, given its number of `planes`),
+        64-bit in-plane offsets and areas for planes or a window of 2^31 elements or more
+        (`extents`: the input's and the output's plane sizes), and the window sizes as
+        constants where `constants` says so, by default for a small window or a backward
+        one whose windows overlap at most twice (never with CLPOOL_SPECIALIZE=0).
+
+        On a GPU the loops over such a window unroll, and a forward kernel passes its
+        input `width`: a small window whose tiles start at multiples of four columns of a
+        row of a multiple of four then loads rows as vectors."""
+        device, pol = self.rt.device, self.policy
+        self.by_plane = planes is not None and pol.by_plane(device, self.dtype, planes)
+        stride1 = win is not None and (win.sh, win.sw) == (1, 1)
+        # No tile per plane: for most windows, a backward op runs in its forward's program.
+        self.rows, self.cols = (1, 1) if self.by_plane else pol.tile(device, tuned_as, stride1)
+        area = win.kh * win.kw if win is not None else 0
+        options = ["-DCLPOOL_LARGE_PLANE"] if max(*extents, area) >= 2**31 else []
+        if constants is None:
+            # A backward kernel loops over the windows reaching an element, not over taps,
+            # so a large window with a large stride unrolls small.
+            constants = win is not None and (
+                max(win.kh, win.kw) <= pol.specialize_up_to
+                or ("backward" in tuned_as and max(win.kh / win.sh, win.kw / win.sw) <= 2)
+            )
+        if win is not None and constants and pol.specialize:
+            sizes = zip(
+                ("KH", "KW", "SH", "SW", "DH", "DW"),
+                (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw),
+                strict=True,
+            )
+            options += [f"-DCLPOOL_{name}={value}" for name, value in sizes]
+            if self.gpu:
+                options.append("-DCLPOOL_UNROLL")
+                if width is not None and width % 4 == 0 and self.cols * win.sw % 4 == 0:
+                    options += ["-DCLPOOL_VEC4", f"-DCLPOOL_PH={win.ph}", f"-DCLPOOL_PW={win.pw}"]
+        self.options = tuple(options)
+
+    def kernel(self, name: str) -> cl.Kernel:
+        """The built kernel `name` of this call's program variant."""
+        # Only the max and average sources hold tiled kernels: an adaptive program built
+        # with columns would be the same program built twice.
+        cols = self.cols if self.family in TILED_FAMILIES else 1
+        options = (
+            f"-DCLPOOL_DTYPE={DTYPE_BITS[self.dtype]}",
+            f"-DCLPOOL_INDEX={self.index_bits}",
+            f"-DCLPOOL_ROWS={self.rows}",
+            f"-DCLPOOL_COLS={cols}",
+            *self.options,
+            *quirks.options(self.rt.device),
+        )
+        return programs.kernel(self.rt.context, SOURCES[self.family], options, name)
+
+    def group_size(self, name: str, want: int) -> int:
+        """The largest power of two work-items, at most `want` (and at least 1), that a
+        work-group of kernel `name` can have on this device."""
+        fits = self.kernel(name).get_work_group_info(
+            cl.kernel_work_group_info.WORK_GROUP_SIZE, self.rt.device
+        )
+        return 1 << (max(1, min(want, self.policy.group, fits)).bit_length() - 1)
+
+    def output(self, slot: str, shape: tuple[int, ...], dtype: np.dtype | None = None) -> None:
+        """An output the call allocates and returns, filling `slot`; one larger than the
+        device can allocate is refused."""
+        dtype = np.dtype(dtype or self.dtype)
+        self._fits("the output", shape, dtype)
+        strides = [dtype.itemsize]
+        for side in shape[:0:-1]:
+            strides.append(strides[-1] * max(1, side))
+        self.outputs.append(Output(slot, tuple(shape), dtype, tuple(strides[::-1])))
+
+    def _fits(self, what: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        """Refuse a buffer larger than the device can allocate."""
+        nbytes = math.prod(shape) * dtype.itemsize
+        largest = self.rt.device.max_mem_alloc_size
+        if nbytes > largest:
+            raise Problem(
+                PoolArgumentError,
+                f"{what} of shape {tuple(shape)} needs {nbytes} bytes on the device, more "
+                f"than its largest allocation ({largest} bytes)",
+            )
+
+    def step(
+        self,
+        name: str,
+        sizes: tuple[int, ...],
+        local: tuple[int, ...] | None = None,
+        slots: dict[str, str] | None = None,
+        **scalars: object,
+    ) -> None:
+        """Launch kernel `name` over `sizes` (cols, rows, planes), each work-item taking
+        the call's tile, or over an explicit range with `local`; its other arguments are
+        `scalars`, and buffers filled from the call's slots (see kernels.bind)."""
+        if local is None:
+            cols, rows, planes = sizes
+            per_item = self.cols if name in TILED else 1
+            sizes, local = ndrange(
+                self.rt.device, -(-cols // per_item), -(-rows // self.rows), planes
+            )
+        self.steps.append(kernels.bind(self.kernel(name), sizes, local, slots, **scalars))
+
+    def step_by_plane(
+        self, name: str, sizes: tuple[int, ...], slots: dict | None = None, **scalars: object
+    ) -> None:
+        """Launch kernel `name` over `sizes` (cols, rows, planes), or its `_plane` variant
+        over the planes where specialize() chose that."""
+        if self.by_plane:
+            self.step(f"{name}_plane", sizes[2:], local=(1,), slots=slots, **scalars)
+        else:
+            self.step(name, sizes, slots=slots, **scalars)
+
+    def _copy(self, i: int, slot: str) -> kernels.Launch | None:
+        """The copy of input `i` into a contiguous buffer, or None when it is one."""
+        a = self.arrays[i]
+        if not isinstance(a, cla.Array) or a.size == 0 or a.flags.c_contiguous and a.offset == 0:
+            return None
+        n, c, h, w = (1,) * (4 - a.ndim) + a.shape
+        strides = (0,) * (4 - a.ndim) + tuple(s // a.dtype.itemsize for s in a.strides)
+        name = "clpool_contiguous" if a.dtype == self.dtype else "clpool_contiguous_index"
+        sizes, local = ndrange(self.rt.device, w, h, n * c)
+        return kernels.bind(
+            self.kernel(name),
+            sizes,
+            local,
+            slots={"in": f"{slot}:src", "out": slot, "offset": f"{slot}:offset"},
+            C=c,
+            H=h,
+            W=w,
+            **dict(zip(("sn", "sc", "sh", "sw"), strides, strict=True)),
+        )
+
+    def plan(self, *inputs: str | None) -> Plan:
+        """The Plan, with `inputs` naming the slot each input array fills."""
+        queue = self.rt.queue
+        in_order = not queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+        return Plan(
+            device=self.rt.device.name.strip(),
+            dtype=self.dtype,
+            queue=queue,
+            context=self.rt.context,
+            host=self.host,
+            pooled=bool(in_order),
+            inputs=inputs,
+            copies=tuple(
+                None if slot is None else self._copy(i, slot) for i, slot in enumerate(inputs)
+            ),
+            outputs=tuple(self.outputs),
+            steps=tuple(self.steps),
+        )
+
+
+# The plans made so far: bounded, and emptied when the policy changes.
+_plans: LRU[Plan] = LRU(lambda: policy.current().plans_kept)
+policy.on_change(_plans.clear)
+
+
+def cached(key: Hashable) -> Plan | None:
+    """The plan made for call signature `key`, if it is still held."""
+    return _plans.get(key)
+
+
+def keep(key: Hashable, plan: Plan) -> Plan:
+    """Hold `plan` for call signature `key`."""
+    return _plans.put(key, plan)
+
+
+def forget_queue(queue_ptr: int) -> None:
+    """Drop the plans made for one queue (it is no longer kept)."""
+    _plans.remove_if(lambda plan: plan.queue.int_ptr == queue_ptr)
+
+
+def forget() -> None:
+    """Drop every plan."""
+    _plans.clear()

@@ -1,0 +1,169 @@
+"""Device policy: the tuning knobs and cache sizes clpool plans with, in one object read
+from the environment once. Tests and the canary swap it with `use`."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+import numpy as np
+import pyopencl as cl
+
+from .errors import PoolArgumentError, Problem
+
+# (rows, columns) each work-item handles, by device kind and kernel: the fastest in sweeps
+# of clpool bench on the H200 and on this project's 2-core CPU (BENCHMARKS.md).
+# "max_pool2d_values" is max_pool2d_forward without indices, and
+# "adaptive_avg_pool2d_backward equal" the average pooling backward that adaptive pooling
+# with equal cells runs. A name with " s1" is for windows of stride 1. Kernels not named
+# take (1, 1); columns apply to the four windowed kernels (TILED) only. On a CPU the max
+# backward (within 6% of (4, 1)) and the adaptive kernels (forward: faster on 3 of 5
+# shapes; backward of unequal cells: 7% slower, on 2 planes: more run one per work-item)
+# take (1, 1), so that a backward runs in its forward's program.
+TILES = {
+    "GPU": {
+        "max_pool2d_forward": (2, 2),
+        "max_pool2d_values": (2, 2),
+        "max_pool2d_values s1": (4, 4),
+        "max_pool2d_backward": (8, 2),
+        "avg_pool2d_forward": (2, 2),
+        "avg_pool2d_forward s1": (4, 2),
+        "avg_pool2d_backward": (4, 2),
+        "avg_pool2d_backward s1": (4, 4),
+        "adaptive_avg_pool2d_forward": (2, 1),
+        "adaptive_avg_pool2d_backward equal": (16, 2),
+        "adaptive_avg_pool2d_backward": (16, 2),
+    },
+    "CPU": {
+        "avg_pool2d_backward": (4, 2),
+        "adaptive_avg_pool2d_backward equal": (8, 1),
+    },
+}
+# A work-item's rows or columns; shapes.MAX_TILE keeps window positions in 32 bits for it.
+MAX_TILE = 64
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What clpool decides by, besides the call itself."""
+
+    # Work-items per work-group, when the device allows it.
+    group: int = 256
+    # Windows with sides up to this are built with their sizes as constants
+    # (CLPOOL_SPECIALIZE=0 turns that off). Users pick a few fixed windows, so the number
+    # of programs stays small.
+    specialize: bool = True
+    specialize_up_to: int = 8
+    # Equal adaptive cells follow the input's size, so only square cells of these sides
+    # are constants: a fixed, small set (CPU, 7x7 of [8,64,112,112], cells of 16:
+    # 1.35-1.50 -> 0.72-0.82 ms). Others take their sizes as arguments.
+    adaptive_cells: tuple[int, ...] = (2, 4, 8, 16)
+    tiles: Mapping[str, Mapping[str, tuple[int, int]]] = field(
+        default_factory=lambda: MappingProxyType(TILES)
+    )
+    # CLPOOL_ROWS / CLPOOL_COLS: one tile for every kernel (tuning sweeps, tests).
+    rows: int | None = None
+    cols: int | None = None
+    # Forced choices for tests and the canary; None lets the device decide.
+    gpu: bool | None = None  # plan as for a GPU
+    per_plane: bool | None = None  # one work-item per plane (float32/64; CPU by default)
+    # float16 stored as half and computed in float32 on devices without cl_khr_fp16.
+    fp16_storage: bool = False
+    # Bounded caches: programs per context, contexts with programs, plans, queues with
+    # plans and memory pools.
+    programs_kept: int = 64
+    contexts_kept: int = 4
+    plans_kept: int = 512
+    queues_kept: int = 8
+
+    def on_gpu(self, device: cl.Device) -> bool:
+        """Whether kernels and tiles are chosen for a GPU on `device`."""
+        return self.gpu if self.gpu is not None else bool(device.type & cl.device_type.GPU)
+
+    def by_plane(self, device: cl.Device, dtype: np.dtype, planes: int) -> bool:
+        """Whether an op runs one work-item per plane (a CPU, float32 or float64, and two
+        planes or more per core), rather than one per tile of its output."""
+        if dtype == np.float16:
+            return False
+        if self.per_plane is not None:
+            return self.per_plane
+        return not self.on_gpu(device) and planes >= 2 * device.max_compute_units
+
+    def tile(self, device: cl.Device, kernel: str, stride1: bool = False) -> tuple[int, int]:
+        """(rows, columns) each work-item of `kernel` handles (`stride1`: its window's
+        stride is 1)."""
+        table = self.tiles["GPU" if self.on_gpu(device) else "CPU"]
+        rows, cols = table.get(f"{kernel} s1" if stride1 else kernel) or table.get(kernel, (1, 1))
+        return min(self.rows or rows, MAX_TILE), min(self.cols or cols, MAX_TILE)
+
+
+def _positive(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    if value.isascii() and value.isdecimal() and int(value) > 0:
+        return int(value)
+    raise Problem(PoolArgumentError, f"{name}={value!r} must be a positive integer")
+
+
+def _choice(name: str, allowed: tuple[str, ...], default: str) -> str:
+    value = os.environ.get(name, "").strip().lower() or default
+    if value not in allowed:
+        raise Problem(PoolArgumentError, f"{name}={value!r} must be one of {', '.join(allowed)}")
+    return value
+
+
+def from_env() -> Policy:
+    """The default policy with CLPOOL_SPECIALIZE, CLPOOL_ROWS, CLPOOL_COLS and CLPOOL_FP16
+    applied; a bad value is a PoolArgumentError naming the variable."""
+    return Policy(
+        specialize=_choice("CLPOOL_SPECIALIZE", ("1", "0"), "1") == "1",
+        rows=_positive("CLPOOL_ROWS"),
+        cols=_positive("CLPOOL_COLS"),
+        fp16_storage=_choice("CLPOOL_FP16", ("storage", "native"), "native") == "storage",
+    )
+
+
+_current: Policy | None = None
+_lock = threading.Lock()
+_listeners: list = []  # called with no arguments whenever the policy changes
+
+
+def current() -> Policy:
+    """The policy in force: read from the environment at first use."""
+    global _current
+    if _current is None:
+        with _lock:
+            if _current is None:
+                _current = from_env()
+    return _current
+
+
+def on_change(listener) -> None:
+    """Call `listener()` whenever the policy changes (caches built under the old one)."""
+    _listeners.append(listener)
+
+
+def set_policy(policy: Policy | None) -> None:
+    """Put `policy` in force; None reads the environment again at next use."""
+    global _current
+    with _lock:
+        _current = policy
+    for listener in _listeners:
+        listener()
+
+
+@contextmanager
+def use(policy: Policy | None = None, **changes: object) -> Iterator[Policy]:
+    """Run the block under `policy` (default: the current one) with `changes` applied."""
+    before = _current
+    chosen = replace(policy or current(), **changes)
+    set_policy(chosen)
+    try:
+        yield chosen
+    finally:
+        set_policy(before)

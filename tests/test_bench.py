@@ -1,0 +1,114 @@
+"""`clpool bench` and its harness: the structure of the report on a tiny shape. Benchmarks
+are not tests: no timing, and no relation between times, is asserted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from clpool import bench, discovery
+from clpool.cli import main
+
+ROW_KEYS = {"op", "shape", "params", "wall_us", "kernel_us", "calls", "bytes"}
+ROW_KEYS |= {"wall_gbps", "kernel_gbps", "kernel_fraction"}
+TORCH_KEYS = {"torch", "torch_wall_us", "speedup"}
+HOST_KEYS = {"shape", "wall_us", "kernel_us", "pyopencl_mul_us", "bare_enqueue_us"}
+HOST_KEYS |= {"ratio_to_mul"}
+STREAM_KEYS = {"op", "shape", "params", "wall_us", "kernel_us", "calls", "wall_over_kernel"}
+FAST = ["--min-time", "0.005", "--repeats", "1"]
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, ["bench", *args])
+
+
+def _positive(d: dict, keys: set[str]) -> None:
+    for k in keys:
+        assert isinstance(d[k], float | int) and d[k] > 0, (k, d[k])
+
+
+def _check_report(report: dict, device, ops: list[str], shape: list[int]) -> None:
+    assert report["device"] == device.name.strip()
+    assert report["platform"] == device.platform.name.strip()
+    assert report["copy_gbps"] > 0
+    assert [r["op"] for r in report["rows"]] == ops
+    torch_where = bench.torch_device(discovery.runtime(device))
+    for row in report["rows"]:
+        assert row["shape"] == shape
+        _positive(row, ROW_KEYS - {"op", "shape", "params"})
+        if torch_where is None:
+            assert not TORCH_KEYS & row.keys()
+        else:
+            assert row["torch"] == torch_where and row["torch_wall_us"] > 0
+            assert row["speedup"] == row["torch_wall_us"] / row["wall_us"]
+            assert ("torch_threads" in row) == (torch_where == "cpu")
+        assert row["kernel_fraction"] == row["kernel_gbps"] / report["copy_gbps"]
+    host, stream = report["host"], report["stream"]
+    assert host.keys() == HOST_KEYS and host["shape"] == [1, 1, 4, 4]
+    _positive(host, HOST_KEYS - {"shape"})
+    assert stream.keys() == STREAM_KEYS
+    assert stream["op"] == "max_pool2d" and stream["params"] == "k3 s2 p1"
+    assert stream["shape"][1:] == [64, 112, 112]
+    _positive(stream, STREAM_KEYS - {"op", "shape", "params"})
+
+
+def test_bench_json_on_a_tiny_shape(device):
+    result = invoke("--shape", "1,1,8,8", "--json", *FAST)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)  # progress goes to stderr, the JSON alone to stdout
+    assert report["loops"] == 1 and report["min_time_s"] == 0.005
+    ops = [c.op for c in bench.default_cases(False, bench.OPS, (1, 1, 8, 8))]
+    assert set(ops) == set(bench.OPS)
+    _check_report(report, device, ops, [1, 1, 8, 8])
+    assert "bench" in result.stderr
+
+
+def test_bench_table_labels_wall_and_kernel_columns(device):
+    index = discovery.cl_devices().index(device)
+    args = ["--device", str(index), "--op", "max_pool2d", "--op", "avg_pool2d_backward"]
+    result = invoke(*args, "--shape", "2 3 9 7", "--no-torch", *FAST)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert device.name.strip() in lines[0] and "copy bandwidth" in lines[0]
+    assert any(line.startswith("wall = ") and "kernel = " in line for line in lines)
+    assert any(line.startswith("host cost") and "x * 2" in line for line in lines)
+    assert any(line.startswith("stream") for line in lines)
+    header = next(line for line in lines if line.startswith("op "))
+    for column in ("wall us", "kernel us", "torch wall us", "wall GB/s", "kernel GB/s"):
+        assert column in header
+    rows = [
+        line.split()[:3]
+        for line in lines
+        if line.split()[:1] in (["max_pool2d"], ["avg_pool2d_backward"])
+    ]
+    assert rows == [["max_pool2d", "2x3x9x7", "k3"], ["avg_pool2d_backward", "2x3x9x7", "k3"]]
+
+
+@pytest.mark.parametrize(
+    "args", [["--shape", "1,2,3"], ["--shape", "1,0,4,4"], ["--op", "conv2d"], ["--repeats", "0"]]
+)
+def test_bench_refuses_bad_options(args):
+    result = invoke(*args)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_report_from_python(device):
+    rt = discovery.runtime(device)
+    case = bench.Case(
+        "max_pool2d_with_indices", (1, 2, 8, 8), dict(kernel_size=2, stride=2, padding=0)
+    )
+    steps = []
+    report = bench.report(rt, [case], loops=1, min_time=0.005, progress=steps.append)
+    _check_report(report, device, ["max_pool2d_with_indices"], [1, 2, 8, 8])
+    assert steps == ["stream", "max_pool2d_with_indices 1x2x8x8 k2 s2 p0", "host"]
+    assert report["rows"][0]["bytes"] == 4 * (128 + 32) + 8 * 32  # x, out, int64 indices
+
+
+def test_wall_us_calls_back_to_back_between_finishes():
+    calls, finishes = [], []
+    us, n = bench.wall_us(lambda: calls.append(1), lambda: finishes.append(len(calls)), 3, 1e-3)
+    assert 1 <= n <= bench.MAX_CALLS and us > 0
+    # the last three loops and the untimed one before them: n calls between two finishes
+    assert finishes[-8:] == [len(calls) - 4 * n + i // 2 * n for i in range(1, 9)]

@@ -1,0 +1,343 @@
+"""Plans, launch and caches: a repeat call reuses its plan, a changed signature never
+does, results carry their events and inputs' events are waited on (also on out-of-order
+queues and across queues), threads stay correct, caches stay bounded, and the tuning
+variables and PyOpenCL's cache are read safely."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+import pytest
+
+import clpool
+from clpool import kernels, launch, plans, policy, programs, shapes
+from clpool import reference as ref
+from clpool.errors import KernelError, PoolArgumentError
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+@pytest.fixture
+def queue(device) -> cl.CommandQueue:
+    return cl.CommandQueue(cl.Context([device]))
+
+
+@pytest.fixture
+def made(monkeypatch) -> list[str]:
+    """The label of every plan made during the test."""
+    record: list[str] = []
+    keep = plans.keep
+
+    def spy(key, plan):
+        record.append(key[0])
+        return keep(key, plan)
+
+    monkeypatch.setattr(plans, "keep", spy)
+    return record
+
+
+# ---------------------------------------------------------------- reuse
+
+
+def test_a_repeat_call_reuses_its_plan_without_checking_again(queue, made, monkeypatch):
+    x = cla.to_device(queue, _rng(1).standard_normal((2, 3, 9, 10)).astype(np.float32))
+    first = clpool.max_pool2d(x, 3, 2, 1).get()
+    assert made == ["max_pool2d"]
+    checks = []
+    monkeypatch.setattr(shapes, "window", lambda *a, **k: checks.append(a))
+    builds = programs.builds
+    for _ in range(3):
+        assert np.array_equal(clpool.max_pool2d(x, 3, 2, 1).get(), first)
+    assert made == ["max_pool2d"] and not checks and programs.builds == builds
+
+
+def test_a_changed_signature_never_reuses_a_plan(device, queue, made):
+    """Strides, offset, dtype, queue, context and every parameter make a plan of their
+    own, each with the reference's answer."""
+    rng = _rng(2)
+    host = rng.standard_normal((2, 3, 12, 16)).astype(np.float32)
+    x = cla.to_device(queue, host)
+    other_queue = cl.CommandQueue(queue.context)
+    other_context = cl.CommandQueue(cl.Context([device]))
+    cases = [
+        (x, host, (3, 2, 1)),
+        (x, host, (3, 1, 1)),  # stride
+        (x, host, (2, 2, 0)),  # kernel and padding
+        (x, host, ((3, 2), 2, 1)),  # a pair
+        (x[:, :, :, ::2], host[:, :, :, ::2], (3, 2, 1)),  # strides
+        (x[1:], host[1:], (3, 2, 1)),  # an offset
+        (cla.to_device(other_queue, host), host, (3, 2, 1)),  # queue
+        (cla.to_device(other_context, host), host, (3, 2, 1)),  # context
+    ]
+    if clpool.discovery.has_fp64(device):
+        cases.append((cla.to_device(queue, host.astype(np.float64)), host, (3, 2, 1)))
+    for a, h, args in cases:
+        got = clpool.max_pool2d(a, *args)
+        assert got.dtype == a.dtype
+        assert np.array_equal(got.get(), ref.max_pool2d(h, *args).astype(a.dtype)), args
+    assert len(made) == len(cases)
+    before = len(made)
+    assert np.array_equal(clpool.max_pool2d(host, 3, 2, 1, ceil_mode=True),
+                          ref.max_pool2d(host, 3, 2, 1, ceil_mode=True).astype(np.float32))
+    assert len(made) == before + 1
+
+
+def test_an_invalid_argument_equal_to_a_valid_one_is_still_refused(queue):
+    """3.0 == 3 and True == 1 in Python: a plan for 3 must not answer for 3.0."""
+    x = cla.to_device(queue, np.ones((1, 1, 6, 6), np.float32))
+    clpool.max_pool2d(x, 3)
+    clpool.max_pool2d(x, 1)
+    for bad in (3.0, True, (3.0, 3)):
+        with pytest.raises(PoolArgumentError):
+            clpool.max_pool2d(x, bad)
+
+
+def test_a_policy_change_makes_new_plans(queue, made):
+    x = cla.to_device(queue, np.ones((1, 1, 6, 6), np.float32))
+    clpool.avg_pool2d(x, 3)
+    with policy.use(specialize=False):
+        clpool.avg_pool2d(x, 3)
+    assert made == ["avg_pool2d", "avg_pool2d"]
+
+
+# ---------------------------------------------------------------- events
+
+
+def test_results_carry_their_kernel_event(queue):
+    x = cla.to_device(queue, _rng(3).standard_normal((2, 3, 8, 8)).astype(np.float32))
+    out, idx = clpool.max_pool2d_with_indices(x[:, :, ::2], 2)  # a copy, then the pooling
+    for a in (out, idx):
+        assert a.events and a.events[-1].command_type == cl.command_type.NDRANGE_KERNEL
+    grad = clpool.max_pool2d_with_indices_backward(out, x[:, :, ::2], idx, 2)
+    assert grad.events[-1].command_type == cl.command_type.NDRANGE_KERNEL
+
+
+def _out_of_order(device) -> cl.CommandQueue | None:
+    props = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+    if not device.queue_properties & props:
+        return None
+    return cl.CommandQueue(cl.Context([device]), properties=props)
+
+
+def test_out_of_order_queue_gives_the_reference_answers(device):
+    """Issue 18: on an out-of-order queue the copy of a strided input, the pooling and the
+    inputs' own writes must be ordered by events."""
+    q = _out_of_order(device)
+    if q is None:
+        pytest.skip("the device has no out-of-order queues")
+    x = _rng(4).standard_normal((8, 16, 64, 64)).astype(np.float32)
+    want = ref.max_pool2d(x, 3, 2, 1).astype(np.float32)
+    want_mean = ref.adaptive_avg_pool2d(x, 1)
+    for _ in range(20):
+        xd = cla.to_device(q, np.repeat(x, 2, -1))[..., ::2]
+        assert np.array_equal(clpool.max_pool2d(xd, 3, 2, 1).get(), want)
+        xc = cla.to_device(q, x) + 0  # an elementwise kernel pending on x's copy
+        assert np.array_equal(clpool.max_pool2d(xc, 3, 2, 1).get(), want)
+        np.testing.assert_allclose(clpool.adaptive_avg_pool2d(xc, 1).get(), want_mean,
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_an_input_pending_on_another_queue_is_waited_for(device):
+    """Indices computed on queue B are used on queue A (issue 18)."""
+    context = cl.Context([device])
+    qa, qb = cl.CommandQueue(context), cl.CommandQueue(context)
+    x = _rng(5).standard_normal((4, 8, 64, 64)).astype(np.float32)
+    out, idx = ref.max_pool2d_with_indices(x, 2, 2)
+    g = _rng(6).standard_normal(out.shape).astype(np.float32)
+    want = ref.max_pool2d_with_indices_backward(g, x, idx, 2, 2)
+    xa, ga = cla.to_device(qa, x), cla.to_device(qa, g)
+    for _ in range(15):
+        ib = cla.to_device(qb, idx - 5) + 5  # a kernel still pending on B
+        got = clpool.max_pool2d_with_indices_backward(ga, xa, ib, 2, 2)
+        np.testing.assert_allclose(got.get(), want, rtol=1e-6)
+
+
+# ---------------------------------------------------------------- threads
+
+
+def test_threads_calling_one_op_at_once_stay_correct(queue):
+    """One plan, one kernel instance: its arguments are set and enqueued under a lock."""
+    rng = _rng(7)
+    inputs = [rng.standard_normal((2, 4, 16, 16)).astype(np.float32) for _ in range(8)]
+    wants = [ref.avg_pool2d(x, 3, 2, 1) for x in inputs]
+    devs = [cla.to_device(queue, x) for x in inputs]
+    clpool.avg_pool2d(devs[0], 3, 2, 1)
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            for _ in range(100):
+                got = clpool.avg_pool2d(devs[i], 3, 2, 1).get()
+                np.testing.assert_allclose(got, wants[i], rtol=1e-5, atol=1e-6)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors[0]
+
+
+# ---------------------------------------------------------------- signatures
+
+
+def test_each_kernel_signature_matches_its_source():
+    """kernels.SIGNATURES is the one declaration the host binds by: the .cl files must
+    take the same arguments, in the same order, of the same kinds."""
+    import re
+
+    kinds = {"int": kernels.INT, "long": kernels.LONG}
+    folder = programs.kernel_dir()
+    text = "\n".join(p.read_text() for p in sorted(folder.glob("*.[ch]*")))
+    macros = dict(re.findall(r"#define (\w+_SIZES)\s*\\\n((?:.*\\\n)*.*)\n", text))
+    found = {}
+    for name, params in re.findall(r"__kernel void (\w+)\(([^)]*)\)", text):
+        if name == "name":
+            continue  # the macro that defines the contiguous copies: below
+        params = re.sub(r"\b(\w+_SIZES)\b", lambda m: macros[m.group(1)].replace("\\", ""),
+                        params)
+        args = []
+        for param in params.split(","):
+            words = param.replace("*", " ").split()
+            kind = kernels.GLOBAL if "__global" in words else (
+                kernels.LOCAL if "__local" in words else kinds.get(words[-2]))
+            args.append((words[-1], kind))
+        found[name] = tuple(args)
+    contiguous = re.search(r"CONTIGUOUS_KERNEL\(name.*?\n__kernel void name\(([^)]*)\)", text,
+                           re.S)
+    for name in ("clpool_contiguous", "clpool_contiguous_index"):
+        found[name] = tuple(
+            (p.replace("*", " ").split()[-1],
+             kernels.GLOBAL if "__global" in p else kinds[p.split()[-2]])
+            for p in contiguous.group(1).replace("\\", "").split(","))
+    assert found == kernels.SIGNATURES
+
+
+def test_a_scalar_too_large_for_its_kernel_argument_is_an_argument_error(device):
+    built = programs.kernel(clpool.discovery.runtime(device).context, "adaptive_pool.cl",
+                            ("-DCLPOOL_DTYPE=32", "-DCLPOOL_INDEX=64", "-DCLPOOL_ROWS=1",
+                             "-DCLPOOL_COLS=1"), "adaptive_avg_pool2d_forward")
+    with pytest.raises(clpool.errors.Problem) as info:
+        kernels.bind(built, (1, 1, 1), None, H=2**31, W=1, OH=1, OW=1)
+    assert info.value.kind is PoolArgumentError and "H=2147483648" in info.value.reason
+
+
+# ---------------------------------------------------------------- bounded caches
+
+
+def test_caches_are_bounded(device):
+    """New queues and contexts per call: plans, pools and programs stay within the
+    policy's sizes (issue 18: each pool kept its queue alive forever)."""
+    x = np.ones((1, 2, 6, 6), np.float32)
+    with policy.use(queues_kept=3, plans_kept=10, contexts_kept=2):
+        for _ in range(12):
+            q = cl.CommandQueue(cl.Context([device]))
+            clpool.max_pool2d(cla.to_device(q, x), 2)
+            clpool.avg_pool2d(cla.to_device(q, x), 2)
+        assert len(launch._pools) <= 3
+        assert len(plans._plans) <= 10
+        assert len(programs._programs) <= 2
+        q = cl.CommandQueue(cl.Context([device]))
+        assert np.array_equal(clpool.max_pool2d(cla.to_device(q, x), 2).get(),
+                              ref.max_pool2d(x, 2).astype(np.float32))
+
+
+_MEMORY = """
+import os, sys, numpy as np, pyopencl as cl, pyopencl.array as cla, clpool
+from clpool import discovery
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS")) / 1024
+device = discovery.select()
+x = np.ones((2, 4, 16, 16), np.float32)
+what = sys.argv[1]
+def once(i):
+    if what == "queues":
+        q = cl.CommandQueue(discovery.runtime(device).context)
+        clpool.max_pool2d(cla.to_device(q, x), 2).get()
+    elif what == "contexts":
+        q = cl.CommandQueue(cl.Context([device]))
+        clpool.max_pool2d(cla.to_device(q, x), 2).get()
+    else:
+        rng = np.random.default_rng(i)
+        h, w = 7 * int(rng.integers(1, 17)), 7 * int(rng.integers(1, 17))
+        img = rng.standard_normal((1, 8, h, w)).astype(np.float32)
+        y = clpool.adaptive_avg_pool2d(img, 7)
+        clpool.adaptive_avg_pool2d_backward(np.ones_like(y), img)
+        clpool.max_pool2d(img, 3, 2, 1)
+warm, n = {"queues": (50, 1500), "contexts": (10, 100), "images": (0, 80)}[what]
+for i in range(warm):
+    once(i)
+base = rss()
+for i in range(n):
+    once(warm + i)
+print(rss() - base)
+"""
+
+
+@pytest.mark.parametrize("what, limit_mib", [("queues", 15), ("contexts", 40),
+                                             ("images", 200)])
+def test_memory_stays_bounded(device, what, limit_mib):
+    """Issue 18's targets, each in a child process: 1,500 calls on new queues add under
+    15 MiB, 100 calls on new contexts under 40 MiB, and 80 images of varying size
+    (adaptive forward and backward, a max pool) under 200 MiB and 30 s."""
+    run = subprocess.run([sys.executable, "-c", _MEMORY, what], capture_output=True, text=True,
+                         timeout=600, env=dict(os.environ))
+    assert run.returncode == 0, run.stderr[-3000:]
+    grown = float(run.stdout.split()[-1])
+    assert grown < limit_mib, f"{what}: grew {grown:.1f} MiB"
+
+
+# ---------------------------------------------------------------- environment and builds
+
+
+@pytest.mark.parametrize("name", ["CLPOOL_ROWS", "CLPOOL_COLS", "CLPOOL_SPECIALIZE",
+                                  "CLPOOL_FP16"])
+@pytest.mark.parametrize("value", ["²", "-1", "lots"])
+def test_a_bad_tuning_variable_is_an_argument_error_naming_it(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    policy.set_policy(None)
+    with pytest.raises(PoolArgumentError, match=name):
+        clpool.max_pool2d(np.ones((1, 1, 4, 4), np.float32), 2)
+
+
+def test_a_program_with_no_kernels_is_a_failed_build(device, monkeypatch):
+    monkeypatch.setattr(programs, "source", lambda name: "/* nothing */\n")
+    context = cl.Context([device])
+    with pytest.raises(clpool.errors.Problem) as info:
+        programs.kernels(context, "empty.cl", ("-DCLPOOL_DTYPE=32",))
+    assert info.value.kind is KernelError and "gave no kernels" in info.value.reason
+
+
+def test_an_unwritable_compiler_cache_still_builds(tmp_path):
+    """PyOpenCL raises KeyError('PYOPENCL_CACHE_FAILURE_FATAL') when it cannot write its
+    cache (XDG_CACHE_HOME=/proc); clpool builds without it and says so once."""
+    code = textwrap.dedent("""
+        import warnings, numpy as np, clpool
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            x = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
+            assert clpool.max_pool2d(x, 2).max() == 31
+            clpool.avg_pool2d(x, 2)
+        said = [w for w in caught if "compiler cache" in str(w.message)]
+        print(len(said))
+    """)
+    # PoCL keeps its own cache, under XDG_CACHE_HOME unless told otherwise
+    env = dict(os.environ, XDG_CACHE_HOME="/proc", CLPOOL_CACHE_DIR=str(tmp_path),
+               POCL_CACHE_DIR=str(tmp_path / "pocl"))
+    env.pop("PYOPENCL_NO_CACHE", None)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split()[-1] == "1"  # said once
