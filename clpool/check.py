@@ -61,7 +61,8 @@ def error(got: np.ndarray, want: np.ndarray) -> float:
     same = (got == want) | (np.isnan(got) & np.isnan(want))
     if same.all():
         return 0.0
-    diff = np.abs(got - want) / np.maximum(np.abs(want), 1.0)
+    with np.errstate(invalid="ignore"):  # inf - inf where both are inf: counted equal
+        diff = np.abs(got - want) / np.maximum(np.abs(want), 1.0)
     diff[same] = 0.0
     return float(np.nan_to_num(diff, nan=np.inf, posinf=np.inf).max())
 
