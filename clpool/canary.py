@@ -40,7 +40,7 @@ def _calls(
         grad = g(want.shape)
         yield (
             f"max_pool2d_with_indices_backward k{k} s{s} p{p}",
-            ops.max_pool2d_with_indices_backward(grad, x, want_i, k, s, p),
+            ops.max_pool2d_with_indices_backward(grad, x, k, s, p, indices=want_i),
             ref.max_pool2d_with_indices_backward(grad, x, want_i, k, s, p),
             False,
         )
@@ -120,7 +120,7 @@ def main(argv: list[str]) -> int:
     device = discovery.cl_devices()[index]
     if not expected.startswith(verify.device_key(device)):
         print(f"device {index} is {verify.device_key(device)!r} here", file=sys.stderr)
-        return 3
+        return verify.MISMATCH
     verify.trust(device)
     run(device, dtype)
     return 0

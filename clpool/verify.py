@@ -38,6 +38,7 @@ class Verdict:
 
     status: str
     reason: str = ""
+    lasting: bool = True  # False: about this process, not the device (never stored)
 
 
 def _text(device: cl.Device, attr: str) -> str:
@@ -147,8 +148,12 @@ def verify(device: cl.Device, index: int) -> Verdict:
         if found.status == UNVERIFIED:
             found = _run_canary(device, index)
             _memory[key(device)] = found
-            _store(key(device), found)
+            if found.lasting:
+                _store(key(device), found)
         return found
+
+
+MISMATCH = 3  # the canary's exit status when its device is not the one it was sent to
 
 
 def _signal_name(code: int) -> str:
@@ -191,6 +196,8 @@ def _outcome(child: subprocess.Popen) -> Verdict:
         return Verdict(FAILED, f"the canary ran past {CANARY_TIMEOUT_S} s at {_last_stage(stdout)}")
     if child.returncode == 0:
         return Verdict(VERIFIED)
+    if child.returncode == MISMATCH:
+        return Verdict(FAILED, f"the canary's process saw another device: {stderr.strip()}", False)
     stage = _last_stage(stdout)
     tail = " / ".join(line.strip() for line in stderr.strip().splitlines()[-3:])
     if child.returncode < 0:

@@ -69,6 +69,19 @@ def test_a_canary_that_crashes_fails_the_device_and_never_the_process(
         assert p.kind is KernelError and "no OpenCL device passed" in p.reason
 
 
+def test_a_canary_that_saw_another_device_is_not_a_lasting_verdict(device, cache, monkeypatch):
+    """The child found a different device (or sources) than its parent: that says
+    nothing about the device, so it is not written to the cache; a later process checks
+    again."""
+    monkeypatch.setattr(verify, "CANARY", ("-c", "import sys; sys.exit(3)"))
+    verdict = verify.verify(device, _index(device))
+    assert verdict.status == verify.FAILED and "saw another device" in verdict.reason
+    assert not cache.exists() or verify.key(device) not in json.loads(cache.read_text())
+    verify.forget()
+    monkeypatch.setattr(verify, "CANARY", ("-c", "raise SystemExit(0)"))
+    assert verify.verify(device, _index(device)).status == verify.VERIFIED
+
+
 def test_a_canary_that_fails_or_hangs_fails_the_device(device, cache, monkeypatch):
     monkeypatch.setattr(verify, "CANARY", ("-c", "raise AssertionError('wrong result')"))
     verdict = verify.verify(device, _index(device))
