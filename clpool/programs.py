@@ -3,7 +3,9 @@ in a bounded cache."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -186,7 +188,9 @@ def _import_invoker() -> None:
     except OSError:
         _say_uncached()
         saved = os.environ.get("XDG_CACHE_HOME")
-        os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="clpool-pyopencl-")
+        scratch = tempfile.mkdtemp(prefix="clpool-pyopencl-")
+        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+        os.environ["XDG_CACHE_HOME"] = scratch
         try:
             import pyopencl.invoker  # noqa: F401
         finally:
