@@ -157,11 +157,11 @@ def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[dict, int]:
     big, small = x.nbytes, grad.nbytes
     if case.op == "max_pool2d_with_indices_backward":
         _, indices = ops.max_pool2d_with_indices(x, **case.params)
-        return dict(grad_output=grad, x=x, indices=indices), small + indices.nbytes + big
+        return dict(grad_output=grad, input=x, indices=indices), small + indices.nbytes + big
     if case.op.endswith("backward"):
-        return dict(grad_output=grad, x=x), small + big
+        return dict(grad_output=grad, input=x), small + big
     extra = 2 * small if case.op == "max_pool2d_with_indices" else 0
-    return dict(x=x), big + small + extra
+    return dict(input=x), big + small + extra
 
 
 def time_clpool(case: Case, rt: Runtime, loops: int, min_time: float = MIN_TIME) -> dict:

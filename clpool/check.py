@@ -156,7 +156,7 @@ def run(device: object = None, dtype: object = "float32") -> list[Row]:
     def max_backward(c):
         _, idx = ref.max_pool2d_with_indices(c["x"], *c["args"])
         g = _grad(c, idx.shape, dt)
-        got = ops.max_pool2d_with_indices_backward(g, c["x"], idx, *c["args"], device=device)
+        got = ops.max_pool2d_with_indices_backward(g, c["x"], *c["args"], idx, device=device)
         return [(got, ref.max_pool2d_with_indices_backward(g, c["x"], idx, *c["args"]), False)]
 
     def avg(c):

@@ -79,8 +79,9 @@ def _upload(queue, value: object, pool) -> cla.Array:
     return cla.to_device(queue, a, allocator=pool)
 
 
-def run(plan: plans.Plan, arrays: tuple) -> list:
-    """Run `plan` on the call's input arrays; its outputs, in the inputs' kind."""
+def run(plan: plans.Plan, arrays: tuple, out: list[cla.Array] | None = None) -> list:
+    """Run `plan` on the call's input arrays; its outputs, in the inputs' kind, or written
+    into `out` (Arrays already checked against the plan's outputs) and returned."""
     queue = plan.queue
     pool = memory_pool(queue) if plan.pooled else None
     slots: dict[str, object] = {}
@@ -100,15 +101,19 @@ def run(plan: plans.Plan, arrays: tuple) -> list:
         slots[slot] = dense.base_data
         waits.append(copy.enqueue(queue, slots, a.events or None))
     outputs = []
-    for spec in plan.outputs:
-        out = _empty(plan, spec, pool)
-        slots[spec.slot] = out.base_data
-        outputs.append(out)
+    for i, spec in enumerate(plan.outputs):
+        if out is None:
+            array = _empty(plan, spec, pool)
+        else:
+            array = out[i]
+            waits.extend(array.events)  # written only once earlier work on it is done
+        slots[spec.slot] = array.base_data
+        outputs.append(array)
     event = None
     for step in plan.steps:
         event = step.enqueue(queue, slots, waits or None)
         waits = [event]
     if event is not None:
-        for out in outputs:
-            out.add_event(event)
-    return [out.get() for out in outputs] if plan.host else outputs
+        for a in outputs:
+            a.add_event(event)
+    return [a.get() for a in outputs] if plan.host and out is None else outputs

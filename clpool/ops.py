@@ -8,10 +8,11 @@ import os
 from collections.abc import Callable
 
 import numpy as np
+import pyopencl as cl
 import pyopencl.array as cla
 
-from . import launch, plans, shapes
-from .discovery import refuse_if_forked
+from . import adopt, launch, plans, shapes
+from .discovery import choose, refuse_if_forked, require, runtime
 from .errors import PoolArgumentError, Problem, Where, reporting
 from .plans import Planner
 
@@ -30,25 +31,45 @@ def _signature(a: object) -> tuple:
     raise TypeError  # anything else is planned afresh at each call
 
 
-def _run(label: str, make: Callable[..., plans.Plan], arrays: tuple, params: tuple) -> list:
-    """Run op `label` on `arrays`: the plan `make(where, arrays, *params)` gives, made once
-    per call signature."""
+def _run(
+    label: str,
+    make: Callable[..., plans.Plan],
+    arrays: tuple,
+    params: tuple,
+    queue: object = None,
+    out: object = None,
+    results: int = 1,
+) -> list:
+    """Run op `label` on `arrays`: the plan `make(where, arrays, *params, queue)` gives,
+    made once per call signature (and queue), writing into `out` where given. The results
+    follow the inputs (see adopt)."""
     with reporting(label) as where:
         refuse_if_forked()
+        adopt.check_queue(queue)
+        given = adopt.out_arrays(out, results)
+        arrays, like = adopt.inputs(arrays)
+        if queue is None and given and not any(isinstance(a, cla.Array) for a in arrays):
+            queue = given[0].queue  # host inputs with out=: run where out lives
         try:
-            key = (label, repr(params), *map(_signature, arrays))
+            on = queue.int_ptr if queue is not None else None  # type: ignore[attr-defined]
+            key = (label, repr(params), *map(_signature, arrays), on)
         except TypeError:
             key = None
-        if key is not None and any(part[-1] is None for part in key[2:]):
-            # numpy inputs run where the environment says, unless device= says
+        if key is not None and any(part[-1] is None for part in key[2:-1]):
+            # numpy inputs run where the environment says, unless device= or queue= says
             key += (os.environ.get("CLPOOL_DEVICE"), os.environ.get("PYOPENCL_CTX"))
         plan = plans.cached(key) if key is not None else None
         if plan is None:
-            plan = make(where, arrays, *params)
+            plan = make(where, arrays, *params, queue)
             if key is not None:
                 plans.keep(key, plan)
         where.device, where.dtype = plan.device, plan.dtype
-        return launch.run(plan, arrays)
+        if given is not None:
+            adopt.check_out(given, plan.outputs, plan.context)
+        got = launch.run(plan, arrays, given)
+        if like is not None and given is None and plan.host:
+            got = adopt.tensors(got, like)
+        return got
 
 
 def _unbatched(shape: tuple[int, ...], ndim: int) -> tuple[int, ...]:
@@ -98,8 +119,9 @@ def _plan_max_forward(
     index_dtype: object,
     with_indices: bool,
     device: object,
+    queue: object,
 ) -> plans.Plan:
-    p = Planner(where, "max", device, arrays)
+    p = Planner(where, "max", device, arrays, queue)
     x = p.arrays[0]
     n, c, h, w = shapes.split_batch(x.shape)
     win = shapes.window((h, w), kernel_size, stride, padding, dilation, ceil_mode, family="max")
@@ -129,22 +151,32 @@ def _plan_max_forward(
 
 
 def max_pool2d(
-    x: Tensor,
+    input: Tensor,
     kernel_size,
     stride=None,
     padding=0,
     dilation=1,
     ceil_mode: bool = False,
+    return_indices: bool = False,
     *,
+    index_dtype: object = "int64",
     device: object = None,
-) -> Tensor:
-    """2-D max pooling, as torch.nn.functional.max_pool2d."""
+    queue: object = None,
+    out: object = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """2-D max pooling, as torch.nn.functional.max_pool2d; with return_indices, as
+    max_pool2d_with_indices."""
+    if return_indices:
+        return max_pool2d_with_indices(
+            input, kernel_size, stride, padding, dilation, ceil_mode,
+            index_dtype=index_dtype, device=device, queue=queue, out=out,
+        )  # fmt: skip
     params = (kernel_size, stride, padding, dilation, ceil_mode, "int64", False, device)
-    return _run("max_pool2d", _plan_max_forward, (x,), params)[0]
+    return _run("max_pool2d", _plan_max_forward, (input,), params, queue, out)[0]
 
 
 def max_pool2d_with_indices(
-    x: Tensor,
+    input: Tensor,
     kernel_size,
     stride=None,
     padding=0,
@@ -153,19 +185,24 @@ def max_pool2d_with_indices(
     *,
     index_dtype: object = "int64",
     device: object = None,
+    queue: object = None,
+    out: object = None,
 ) -> tuple[Tensor, Tensor]:
-    """2-D max pooling and the flat h*W + w index of each maximum in its input plane."""
+    """2-D max pooling and the flat h*W + w index of each maximum in its input plane;
+    out=, where given, is a pair (values, indices)."""
     params = (kernel_size, stride, padding, dilation, ceil_mode, index_dtype, True, device)
-    out, indices = _run("max_pool2d_with_indices", _plan_max_forward, (x,), params)
-    return out, indices
+    values, indices = _run(
+        "max_pool2d_with_indices", _plan_max_forward, (input,), params, queue, out, results=2
+    )
+    return values, indices
 
 
 def _backward_planner(
-    where: Where, family: str, device: object, arrays: tuple
+    where: Where, family: str, device: object, arrays: tuple, queue: object
 ) -> tuple[Planner, tuple[int, int, int, int]]:
     """The planner of a backward op: runs where grad_output lives, with x's dtype and
     shape."""
-    p = Planner(where, family, device, arrays)
+    p = Planner(where, family, device, arrays, queue)
     grad, fwd = p.arrays[0], p.arrays[1]
     where.dtype = fwd.dtype
     if grad.dtype != fwd.dtype:
@@ -182,9 +219,10 @@ def _backward_planner(
 
 
 def _plan_max_backward(
-    where: Where, arrays: tuple, kernel_size, stride, padding, dilation, ceil_mode, device
-) -> plans.Plan:
-    p, (n, c, h, w) = _backward_planner(where, "max", device, arrays)
+    where: Where, arrays: tuple, kernel_size, stride, padding, dilation, ceil_mode, device,
+    queue,
+) -> plans.Plan:  # fmt: skip
+    p, (n, c, h, w) = _backward_planner(where, "max", device, arrays, queue)
     grad, x, indices = p.arrays
     win = shapes.window((h, w), kernel_size, stride, padding, dilation, ceil_mode, family="max")
     out_shape = x.shape[:-2] + (win.oh, win.ow)
@@ -205,20 +243,27 @@ def _plan_max_backward(
 
 def max_pool2d_with_indices_backward(
     grad_output: Tensor,
-    x: Tensor,
-    indices: Tensor,
+    input: Tensor,
     kernel_size,
     stride=None,
     padding=0,
     dilation=1,
     ceil_mode: bool = False,
+    indices: Tensor | None = None,
     *,
     device: object = None,
+    queue: object = None,
+    out: object = None,
 ) -> Tensor:
-    """Gradient of max_pool2d_with_indices with respect to its input."""
+    """Gradient of max_pool2d_with_indices with respect to its input. The arguments are in
+    ATen's order: indices comes last (and is required)."""
+    label = "max_pool2d_with_indices_backward"
+    if indices is None:
+        with reporting(label):
+            raise Problem(PoolArgumentError, "indices is required (ATen's order: it comes last)")
     params = (kernel_size, stride, padding, dilation, ceil_mode, device)
-    arrays = (grad_output, x, indices)
-    return _run("max_pool2d_with_indices_backward", _plan_max_backward, arrays, params)[0]
+    arrays = (grad_output, input, indices)
+    return _run(label, _plan_max_backward, arrays, params, queue, out)[0]
 
 
 def _avg_window(h: int, w: int, kernel_size, stride, padding, ceil_mode, include_pad, override):
@@ -230,9 +275,9 @@ def _avg_window(h: int, w: int, kernel_size, stride, padding, ceil_mode, include
 
 def _plan_avg_forward(
     where: Where, arrays: tuple, kernel_size, stride, padding, ceil_mode, include_pad,
-    override, device,
+    override, device, queue,
 ) -> plans.Plan:  # fmt: skip
-    p = Planner(where, "avg", device, arrays)
+    p = Planner(where, "avg", device, arrays, queue)
     x = p.arrays[0]
     n, c, h, w = shapes.split_batch(x.shape)
     win, include_pad, div = _avg_window(
@@ -248,7 +293,7 @@ def _plan_avg_forward(
 
 
 def avg_pool2d(
-    x: Tensor,
+    input: Tensor,
     kernel_size,
     stride=None,
     padding=0,
@@ -257,17 +302,19 @@ def avg_pool2d(
     divisor_override: int | None = None,
     *,
     device: object = None,
+    queue: object = None,
+    out: object = None,
 ) -> Tensor:
     """2-D average pooling, as torch.nn.functional.avg_pool2d."""
     params = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, device)
-    return _run("avg_pool2d", _plan_avg_forward, (x,), params)[0]
+    return _run("avg_pool2d", _plan_avg_forward, (input,), params, queue, out)[0]
 
 
 def _plan_avg_backward(
     where: Where, arrays: tuple, kernel_size, stride, padding, ceil_mode, include_pad,
-    override, device,
+    override, device, queue,
 ) -> plans.Plan:  # fmt: skip
-    p, (n, c, h, w) = _backward_planner(where, "avg", device, arrays)
+    p, (n, c, h, w) = _backward_planner(where, "avg", device, arrays, queue)
     grad, x = p.arrays
     win, include_pad, div = _avg_window(
         h, w, kernel_size, stride, padding, ceil_mode, include_pad, override
@@ -284,7 +331,7 @@ def _plan_avg_backward(
 
 def avg_pool2d_backward(
     grad_output: Tensor,
-    x: Tensor,
+    input: Tensor,
     kernel_size,
     stride=None,
     padding=0,
@@ -293,10 +340,13 @@ def avg_pool2d_backward(
     divisor_override: int | None = None,
     *,
     device: object = None,
+    queue: object = None,
+    out: object = None,
 ) -> Tensor:
     """Gradient of avg_pool2d with respect to its input."""
     params = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, device)
-    return _run("avg_pool2d_backward", _plan_avg_backward, (grad_output, x), params)[0]
+    arrays = (grad_output, input)
+    return _run("avg_pool2d_backward", _plan_avg_backward, arrays, params, queue, out)[0]
 
 
 def _band_group(p: Planner, h: int, w: int, oh: int) -> int:
@@ -325,8 +375,8 @@ def _fixed_cells(p: Planner, win: shapes.Window | None) -> bool:
     return fixed and (not p.gpu or win.kh <= p.policy.specialize_up_to)
 
 
-def _plan_adaptive_forward(where: Where, arrays: tuple, output_size, device) -> plans.Plan:
-    p = Planner(where, "adaptive", device, arrays)
+def _plan_adaptive_forward(where: Where, arrays: tuple, output_size, device, queue) -> plans.Plan:
+    p = Planner(where, "adaptive", device, arrays, queue)
     x = p.arrays[0]
     n, c, h, w = shapes.split_batch(x.shape)
     oh, ow = shapes.adaptive_output((h, w), output_size)
@@ -369,13 +419,16 @@ def _plan_adaptive_forward(where: Where, arrays: tuple, output_size, device) -> 
     return p.plan("x")
 
 
-def adaptive_avg_pool2d(x: Tensor, output_size, *, device: object = None) -> Tensor:
+def adaptive_avg_pool2d(
+    input: Tensor, output_size, *, device: object = None, queue: object = None, out: object = None
+) -> Tensor:
     """2-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool2d."""
-    return _run("adaptive_avg_pool2d", _plan_adaptive_forward, (x,), (output_size, device))[0]
+    params = (output_size, device)
+    return _run("adaptive_avg_pool2d", _plan_adaptive_forward, (input,), params, queue, out)[0]
 
 
-def _plan_adaptive_backward(where: Where, arrays: tuple, device) -> plans.Plan:
-    p, (n, c, h, w) = _backward_planner(where, "adaptive", device, arrays)
+def _plan_adaptive_backward(where: Where, arrays: tuple, device, queue) -> plans.Plan:
+    p, (n, c, h, w) = _backward_planner(where, "adaptive", device, arrays, queue)
     grad, x = p.arrays
     shapes.expect_shape("grad_output", grad.shape[:-2], x.shape[:-2])
     oh, ow = grad.shape[-2:]
@@ -404,12 +457,27 @@ def _plan_adaptive_backward(where: Where, arrays: tuple, device) -> plans.Plan:
 
 
 def adaptive_avg_pool2d_backward(
-    grad_output: Tensor, x: Tensor, *, device: object = None
+    grad_output: Tensor,
+    input: Tensor,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
 ) -> Tensor:
     """Gradient of adaptive_avg_pool2d with respect to its input; the output size is
     grad_output's."""
-    arrays = (grad_output, x)
-    return _run("adaptive_avg_pool2d_backward", _plan_adaptive_backward, arrays, (device,))[0]
+    label = "adaptive_avg_pool2d_backward"
+    arrays = (grad_output, input)
+    return _run(label, _plan_adaptive_backward, arrays, (device,), queue, out)[0]
+
+
+def default_queue(device: object = None) -> cl.CommandQueue:
+    """The pyopencl CommandQueue clpool itself uses on `device` (the default device when
+    None), for arrays that should live where clpool works."""
+    with reporting("default_queue") as where:
+        chosen = choose(device)
+        where.device = chosen.name.strip()
+        return runtime(require(chosen)).queue
 
 
 empty_cache = launch.empty_cache

@@ -97,23 +97,29 @@ def host_array(value: object) -> np.ndarray:
     return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
-def _resolve(where: Where, spec: object, arrays: tuple) -> tuple[Runtime, bool]:
-    """The device, context and queue a call runs on, and whether its inputs are numpy."""
+def _resolve(
+    where: Where, spec: object, arrays: tuple, queue: cl.CommandQueue | None = None
+) -> tuple[Runtime, bool]:
+    """The device, context and queue a call runs on (`queue`'s where given, else the device
+    arrays', else the chosen device's), and whether its results go back as numpy."""
     on_device = [a for a in arrays if isinstance(a, cla.Array)]
-    if not on_device:
+    if queue is None and not on_device:
         chosen = choose(spec)
         where.device = chosen.name.strip()
         return runtime(require(chosen)), True
-    queue = on_device[0].queue
     if queue is None:
-        raise Problem(PoolArgumentError, "device arrays must have a queue")
+        queue = on_device[0].queue
+        if queue is None:
+            raise Problem(PoolArgumentError, "device arrays must have a queue")
+        whose = "the input arrays"
+    else:
+        whose = "queue="
     where.device = queue.device.name.strip()
     if any(a.context != queue.context for a in on_device):
-        raise Problem(PoolArgumentError, "device arrays must share one context")
+        what = "queue's context" if whose == "queue=" else "one context"
+        raise Problem(PoolArgumentError, f"device arrays must share {what}")
     if spec is not None and choose(spec).int_ptr != queue.device.int_ptr:
-        raise Problem(
-            PoolArgumentError, f"device={spec!r} differs from the device of the input arrays"
-        )
+        raise Problem(PoolArgumentError, f"device={spec!r} differs from the device of {whose}")
     return Runtime(require(queue.device), queue.context, queue), False
 
 
@@ -121,8 +127,15 @@ class Planner:
     """Builds the Plan of one call: its device and dtype, the build variant, the kernels it
     launches and the outputs it allocates."""
 
-    def __init__(self, where: Where, family: str, spec: object, arrays: tuple) -> None:
-        self.rt, self.host = _resolve(where, spec, arrays)
+    def __init__(
+        self,
+        where: Where,
+        family: str,
+        spec: object,
+        arrays: tuple,
+        queue: cl.CommandQueue | None = None,
+    ) -> None:
+        self.rt, self.host = _resolve(where, spec, arrays, queue)
         self.arrays = [a if isinstance(a, cla.Array) else host_array(a) for a in arrays]
         self.dtype = self.arrays[0].dtype
         where.dtype = self.dtype

@@ -53,11 +53,11 @@ def main() -> None:
     out, idx = results["max_pool2d_with_indices"]
     grad = rng.standard_normal(out.shape, dtype=np.float32)
     g_dev, i_dev = cla.to_device(rt.queue, grad), cla.to_device(rt.queue, idx)
-    whole = clpool.max_pool2d_with_indices_backward(g_dev, x, i_dev, **window).get()
+    whole = clpool.max_pool2d_with_indices_backward(g_dev, x, indices=i_dev, **window).get()
     same = all(
         np.array_equal(whole[:, c], clpool.max_pool2d_with_indices_backward(
-            g_dev[:, c:c + 1].copy(), x[:, c:c + 1].copy(), i_dev[:, c:c + 1].copy(),
-            **window).get()[:, 0])
+            g_dev[:, c:c + 1].copy(), x[:, c:c + 1].copy(),
+            indices=i_dev[:, c:c + 1].copy(), **window).get()[:, 0])
         for c in range(shape[1]))
     failures += not same
     print(f"{'max_pool2d_with_indices_backward':34s} whole vs per plane: "

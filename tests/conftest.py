@@ -92,10 +92,10 @@ def launched(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, np.dtype]]:
     record: list[tuple[str, np.dtype]] = []
     run = launch.run
 
-    def spy(plan, arrays):
+    def spy(plan, arrays, out=None):
         steps = [c for c in plan.copies if c is not None] + list(plan.steps)
         record.extend((step.name, plan.dtype) for step in steps)
-        return run(plan, arrays)
+        return run(plan, arrays, out)
 
     monkeypatch.setattr(launch, "run", spy)
     return record

@@ -116,7 +116,7 @@ def max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
             grad = _data(out.shape, dtype, seed + 100)
 
             def back(g=grad, x=x, i=idx, a=args):
-                return clpool.max_pool2d_with_indices_backward(g, x, i, *a)
+                return clpool.max_pool2d_with_indices_backward(g, x, *a, indices=i)
 
             def back_ref(g=grad, x=x, i=idx, a=args):
                 return ref.max_pool2d_with_indices_backward(g, x, i, *a)
@@ -133,7 +133,7 @@ def max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
                     flat[j % flat.size] = v
 
                 def back_bad(g=grad, x=x, i=bad, a=args):
-                    return clpool.max_pool2d_with_indices_backward(g, x, i, *a)
+                    return clpool.max_pool2d_with_indices_backward(g, x, *a, indices=i)
 
                 def back_bad_ref(g=grad, x=x, i=bad, a=args):
                     return ref.max_pool2d_with_indices_backward(g, x, i, *a)
@@ -207,7 +207,7 @@ def strided_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
             idx_view = cla.to_device(queue, wide_idx)[..., ::2]
             yield (f"contiguous/max_pool2d_with_indices_backward/{name}/{index.__name__}",
                    lambda g=mgrad, v=view, i=idx_view: clpool.max_pool2d_with_indices_backward(
-                       g, v, i, 2, 1, 1, ceil_mode=True),
+                       g, v, 2, 1, 1, indices=i, ceil_mode=True),
                    lambda g=mgrad, h=host, i=idx: ref.max_pool2d_with_indices_backward(
                        g, h, i, 2, 1, 1, ceil_mode=True))
 

@@ -24,7 +24,7 @@ from clpool import reference as ref
 
 
 def _max_bw(g, x, idx, case_args, **kw):
-    return clpool.max_pool2d_with_indices_backward(g, x, idx, *case_args, **kw)
+    return clpool.max_pool2d_with_indices_backward(g, x, *case_args, indices=idx, **kw)
 
 
 # ---------------------------------------------------------------- random sweeps
@@ -111,7 +111,7 @@ def test_per_plane_backward_runs_in_its_forward_program(monkeypatch, build_optio
     out, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1)
     grad = cla.to_device(queue, data(rng, (2, 6) + out.shape[2:]))[:, ::2]  # strided
     asked = len(build_options)
-    clpool.max_pool2d_with_indices_backward(grad, x, idx, 3, 2, 1)
+    clpool.max_pool2d_with_indices_backward(grad, x, 3, 2, 1, indices=idx)
     assert set(build_options[asked:]) == {build_options[asked - 1]}
     out = clpool.avg_pool2d(x, (2, 3), 2)
     grad = cla.to_device(queue, data(rng, (2, 6) + out.shape[2:]))[:, ::2]

@@ -683,7 +683,7 @@ def test_huge_windows_and_strides_on_a_tiny_plane(monkeypatch, tile):
     g = np.ones((1, 1, 1, 1), np.float32)
     assert_close(clpool.avg_pool2d_backward(g, x, 2, 2**31 - 1, 1), np.full_like(x, 0.25))
     _, idx = clpool.max_pool2d_with_indices(x, 2, 2**31 - 1, 1)
-    assert same_bits(clpool.max_pool2d_with_indices_backward(g, x, idx, 2, 2**31 - 1, 1), g)
+    assert same_bits(clpool.max_pool2d_with_indices_backward(g, x, 2, 2**31 - 1, 1, indices=idx), g)
 
 
 def test_window_arithmetic_past_32_bits_is_an_argument_error(device):

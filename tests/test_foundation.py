@@ -467,7 +467,7 @@ def test_build_failure_inside_an_op_is_a_kernel_error(device, kernel_folder):
     assert "max_pool.cl" in e.reason
     with pytest.raises(KernelError) as info:
         clpool.max_pool2d_with_indices_backward(
-            np.zeros((2, 3, 3, 3), np.float32), _x(), np.zeros((2, 3, 3, 3), np.int64), 2)
+            np.zeros((2, 3, 3, 3), np.float32), _x(), 2, indices=np.zeros((2, 3, 3, 3), np.int64))
     _assert_format(info.value, "max_pool2d_with_indices_backward")
 
 
@@ -502,7 +502,7 @@ def test_program_cache_builds_once_for_repeated_calls():
             clpool.adaptive_avg_pool2d(x, (k, None))
             clpool.adaptive_avg_pool2d(x, 1)
         out, idx = clpool.max_pool2d_with_indices(x, 2)
-        clpool.max_pool2d_with_indices_backward(np.ones_like(out), x, idx, 2)
+        clpool.max_pool2d_with_indices_backward(np.ones_like(out), x, 2, indices=idx)
         clpool.avg_pool2d_backward(np.ones((2, 3, 3, 3), np.float32), x, 2)
         clpool.adaptive_avg_pool2d_backward(np.ones((2, 3, 2, 2), np.float32), x)
 

@@ -117,7 +117,7 @@ def test_results_carry_their_kernel_event(queue):
     out, idx = clpool.max_pool2d_with_indices(x[:, :, ::2], 2)  # a copy, then the pooling
     for a in (out, idx):
         assert a.events and a.events[-1].command_type == cl.command_type.NDRANGE_KERNEL
-    grad = clpool.max_pool2d_with_indices_backward(out, x[:, :, ::2], idx, 2)
+    grad = clpool.max_pool2d_with_indices_backward(out, x[:, :, ::2], 2, indices=idx)
     assert grad.events[-1].command_type == cl.command_type.NDRANGE_KERNEL
 
 
@@ -157,7 +157,7 @@ def test_an_input_pending_on_another_queue_is_waited_for(device):
     xa, ga = cla.to_device(qa, x), cla.to_device(qa, g)
     for _ in range(15):
         ib = cla.to_device(qb, idx - 5) + 5  # a kernel still pending on B
-        got = clpool.max_pool2d_with_indices_backward(ga, xa, ib, 2, 2)
+        got = clpool.max_pool2d_with_indices_backward(ga, xa, 2, 2, indices=ib)
         np.testing.assert_allclose(got.get(), want, rtol=1e-6)
 
 

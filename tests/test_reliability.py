@@ -212,7 +212,7 @@ def test_max_pool_matches_reference_or_rejects(device, data_) -> None:
         for v in draw(st.lists(st.sampled_from([-1, plane, plane + 5, -plane - 1,
                                                 np.iinfo(idx.dtype).max]), max_size=3)):
             flat[draw(st.integers(0, flat.size - 1))] = v
-    assert_close(clpool.max_pool2d_with_indices_backward(grad, x, idx, *pos),
+    assert_close(clpool.max_pool2d_with_indices_backward(grad, x, *pos, indices=idx),
                  ref.max_pool2d_with_indices_backward(grad, x, idx, *pos), dtype)
 
 
@@ -284,11 +284,11 @@ def test_bad_gradients_and_indices_are_argument_errors(device, dtype) -> None:
     good = np.ones(out.shape, dtype)
     calls = {
         "max_pool2d_with_indices_backward": [
-            lambda: clpool.max_pool2d_with_indices_backward(good[:, :, :1], x, idx, 2),
-            lambda: clpool.max_pool2d_with_indices_backward(good, x, idx[:, :1], 2),
-            lambda: clpool.max_pool2d_with_indices_backward(good, x, idx.astype(dtype), 2),
-            lambda: clpool.max_pool2d_with_indices_backward(good[0], x, idx, 2),
-            lambda: clpool.max_pool2d_with_indices_backward(good, x, idx, 2, 1),
+            lambda: clpool.max_pool2d_with_indices_backward(good[:, :, :1], x, 2, indices=idx),
+            lambda: clpool.max_pool2d_with_indices_backward(good, x, 2, indices=idx[:, :1]),
+            lambda: clpool.max_pool2d_with_indices_backward(good, x, 2, indices=idx.astype(dtype)),
+            lambda: clpool.max_pool2d_with_indices_backward(good[0], x, 2, indices=idx),
+            lambda: clpool.max_pool2d_with_indices_backward(good, x, 2, 1, indices=idx),
         ],
         "avg_pool2d_backward": [
             lambda: clpool.avg_pool2d_backward(good[..., :1], x, 2),
@@ -326,9 +326,10 @@ def all_ops(x, queue=None) -> dict[str, object]:
         "max_pool2d": host(clpool.max_pool2d(x, 2, 1, 1, dilation=2)),
         "max_pool2d_with_indices": (host(out), host(idx), host(idx32)),
         "max_pool2d_with_indices_backward": (
-            host(clpool.max_pool2d_with_indices_backward(out, x, idx, 3, 2, 1, ceil_mode=True)),
-            host(clpool.max_pool2d_with_indices_backward(out, x, idx32, 3, 2, 1,
-                                                         ceil_mode=True))),
+            host(clpool.max_pool2d_with_indices_backward(out, x, 3, 2, 1, ceil_mode=True,
+                                                         indices=idx)),
+            host(clpool.max_pool2d_with_indices_backward(out, x, 3, 2, 1, ceil_mode=True,
+                                                         indices=idx32))),
         "avg_pool2d": host(avg),
         "avg_pool2d_backward": host(clpool.avg_pool2d_backward(
             avg, x, 3, 2, 1, ceil_mode=True, count_include_pad=False)),
@@ -421,7 +422,7 @@ def test_many_calls_do_not_grow_memory(device, monkeypatch) -> None:
     calls = [
         lambda: clpool.max_pool2d(x, 2, 2, 1),
         lambda: clpool.max_pool2d_with_indices(xd, 2, 2, 1, index_dtype="int32"),
-        lambda: clpool.max_pool2d_with_indices_backward(g_max, x, idx, 2, 2, 1),
+        lambda: clpool.max_pool2d_with_indices_backward(g_max, x, 2, 2, 1, indices=idx),
         lambda: clpool.avg_pool2d(strided, 2, 2, 1),
         lambda: clpool.avg_pool2d_backward(g_max, x, 2, 2, 1),
         lambda: clpool.adaptive_avg_pool2d(x, 1),
@@ -456,7 +457,7 @@ def op_calls(x: np.ndarray, **kw) -> dict[str, object]:
         "max_pool2d": lambda: clpool.max_pool2d(x, 2, 2, 1, **kw),
         "max_pool2d_with_indices": lambda: clpool.max_pool2d_with_indices(x, 2, 2, 1, **kw),
         "max_pool2d_with_indices_backward":
-            lambda: clpool.max_pool2d_with_indices_backward(g3, x, idx, 2, 2, 1, **kw),
+            lambda: clpool.max_pool2d_with_indices_backward(g3, x, 2, 2, 1, indices=idx, **kw),
         "avg_pool2d": lambda: clpool.avg_pool2d(x, 2, 2, 1, **kw),
         "avg_pool2d_backward": lambda: clpool.avg_pool2d_backward(g3, x, 2, 2, 1, **kw),
         "adaptive_avg_pool2d": lambda: clpool.adaptive_avg_pool2d(x, 3, **kw),
@@ -567,8 +568,8 @@ def test_inputs_are_never_modified(device, dtype) -> None:
         before = snapshot(args)
         clpool.max_pool2d(xs, 3, 2, 1, ceil_mode=True)
         clpool.max_pool2d_with_indices(xs, 3, 2, 1, ceil_mode=True, index_dtype="int32")
-        clpool.max_pool2d_with_indices_backward(gs, xs, i64, 3, 2, 1, ceil_mode=True)
-        clpool.max_pool2d_with_indices_backward(gs, xs, i32, 3, 2, 1, ceil_mode=True)
+        clpool.max_pool2d_with_indices_backward(gs, xs, 3, 2, 1, indices=i64, ceil_mode=True)
+        clpool.max_pool2d_with_indices_backward(gs, xs, 3, 2, 1, indices=i32, ceil_mode=True)
         clpool.avg_pool2d(xs, 3, 2, 1, ceil_mode=True)
         clpool.avg_pool2d_backward(ags, xs, 3, 2, 1, ceil_mode=True)
         clpool.adaptive_avg_pool2d(xs, 1)
@@ -584,6 +585,6 @@ def test_strided_device_indices(device) -> None:
     out, idx = clpool.max_pool2d_with_indices(x, 2)
     strided = cla.to_device(queue, np.repeat(idx, 2, axis=-1))[..., ::2]
     assert not strided.flags.c_contiguous
-    want = clpool.max_pool2d_with_indices_backward(np.ones_like(out), x, idx, 2)
-    got = clpool.max_pool2d_with_indices_backward(np.ones_like(out), x, strided, 2)
+    want = clpool.max_pool2d_with_indices_backward(np.ones_like(out), x, 2, indices=idx)
+    got = clpool.max_pool2d_with_indices_backward(np.ones_like(out), x, 2, indices=strided)
     np.testing.assert_array_equal(got, want)

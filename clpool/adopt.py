@@ -1,0 +1,111 @@
+"""The result follows the input: what an op takes in (numpy arrays, pyopencl Arrays, torch
+tensors, any other DLPack producer) and how its results go back, plus the checks on
+`queue=` and `out=`. torch is imported only when a tensor is passed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+from .errors import PoolArgumentError, Problem, UnsupportedDtypeError
+
+
+def _is_tensor(a: object) -> bool:
+    return type(a).__module__.startswith("torch") and hasattr(a, "detach")
+
+
+def _from_tensor(t: object) -> np.ndarray:
+    """A CPU torch tensor as a host numpy array (no gradient flows; a copy where it must)."""
+    device = t.device  # type: ignore[attr-defined]
+    if device.type != "cpu":
+        raise Problem(
+            PoolArgumentError,
+            f"the input tensor is on torch device {device}; clpool takes CPU tensors "
+            "(move it with .cpu(), or pass a pyopencl Array)",
+        )
+    t = t.detach().contiguous()  # type: ignore[attr-defined]
+    try:
+        return t.numpy()
+    except TypeError as e:  # a dtype numpy lacks (bfloat16, ...)
+        raise Problem(
+            UnsupportedDtypeError, f"dtype {str(t.dtype).removeprefix('torch.')} is not "
+            f"supported (float16, float32 or float64): {e}",
+        ) from None  # fmt: skip
+
+
+def _from_dlpack(a: object) -> np.ndarray:
+    try:
+        return np.from_dlpack(a)
+    except (BufferError, TypeError, ValueError, RuntimeError, AttributeError) as e:
+        raise Problem(
+            PoolArgumentError, f"cannot read the input through DLPack: {type(e).__name__}: {e}"
+        ) from None
+
+
+def inputs(arrays: tuple) -> tuple[tuple, object | None]:
+    """The call's arrays as numpy arrays or pyopencl Arrays, and the first torch tensor among
+    them (the results become tensors like it), or None."""
+    like = None
+    out = []
+    for a in arrays:
+        if isinstance(a, (np.ndarray, cla.Array)) or a is None:
+            out.append(a)
+        elif _is_tensor(a):
+            like = like if like is not None else a
+            out.append(_from_tensor(a))
+        elif hasattr(a, "__dlpack__"):
+            out.append(_from_dlpack(a))
+        else:
+            out.append(a)  # a list, a scalar...: plans.host_array judges it
+    return tuple(out), like
+
+
+def tensors(results: list, like: object) -> list:
+    """Host results as torch tensors on `like`'s device, 4-D ones in its memory format."""
+    import torch
+
+    last = like.dim() == 4 and like.is_contiguous(memory_format=torch.channels_last)  # type: ignore[attr-defined]
+    out = []
+    for r in results:
+        t = torch.from_numpy(np.ascontiguousarray(r))
+        if last and t.dim() == 4:
+            t = t.contiguous(memory_format=torch.channels_last)
+        out.append(t.to(like.device))  # type: ignore[attr-defined]
+    return out
+
+
+def check_queue(queue: object) -> None:
+    if queue is not None and not isinstance(queue, cl.CommandQueue):
+        raise Problem(
+            PoolArgumentError, f"queue must be a pyopencl CommandQueue, got {type(queue).__name__}"
+        )
+
+
+def out_arrays(out: object, count: int) -> list[cla.Array] | None:
+    """`out=` as a list of `count` Arrays (a pair for an op with indices), or None."""
+    if out is None:
+        return None
+    given = list(out) if isinstance(out, (tuple, list)) else [out]
+    if len(given) != count or not all(isinstance(a, cla.Array) for a in given):
+        want = "a pyopencl Array" if count == 1 else f"a tuple of {count} pyopencl Arrays"
+        raise Problem(PoolArgumentError, f"out must be {want}")
+    return given
+
+
+def check_out(given: Sequence[cla.Array], specs: Sequence, context: cl.Context) -> None:
+    """Refuse an out= Array the results cannot be written into as they are."""
+    for a, spec in zip(given, specs, strict=True):
+        what = f"out ({spec.slot})" if len(given) > 1 else "out"
+        if tuple(a.shape) != tuple(spec.shape) or a.dtype != spec.dtype:
+            raise Problem(
+                PoolArgumentError,
+                f"{what} has shape {tuple(a.shape)} and dtype {a.dtype.name}; the result has "
+                f"shape {tuple(spec.shape)} and dtype {spec.dtype.name}",
+            )
+        if not a.flags.c_contiguous or a.offset != 0:
+            raise Problem(PoolArgumentError, f"{what} must be C-contiguous with offset 0")
+        if a.context != context:
+            raise Problem(PoolArgumentError, f"{what} is in another context than the op runs in")
