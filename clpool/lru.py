@@ -23,11 +23,15 @@ class LRU(Generic[V]):
         self._lock = threading.Lock()
 
     def get(self, key: Hashable) -> V | None:
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
+        # No lock on the hot path: each OrderedDict call is atomic under the GIL, and an
+        # entry dropped between the two calls is simply not moved.
+        value = self._items.get(key)
+        if value is not None:
+            try:  # noqa: SIM105 (cheaper than contextlib.suppress on the hot path)
                 self._items.move_to_end(key)
-            return value
+            except KeyError:
+                pass
+        return value
 
     def put(self, key: Hashable, value: V) -> V:
         """Store `value` unless `key` already holds one; return the value held."""
