@@ -71,6 +71,8 @@ def test_wheel_ships_every_kernel_source_inside_the_package(wheel):
     for module in ("__init__.py", "__main__.py", "cli.py", "discovery.py", "errors.py",
                    "ops.py", "programs.py"):
         assert f"clpool/{module}" in names
+    assert "clpool/py.typed" in names  # type hints for users' checkers
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(names)
     assert not any(n.startswith(("tests/", "kernels_cl/")) for n in names), sorted(names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "clpool = clpool.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
