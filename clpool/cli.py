@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 
 import click
 import pyopencl as cl
@@ -77,7 +78,8 @@ def _yes(flag: bool) -> str:
     help="Device index or name (default: CLPOOL_DEVICE, else the first GPU, else the first CPU).",
 )
 @click.option("--dtype", default="float32", show_default=True, help="float32, float16 or float64.")
-def check(device_spec: str | None, dtype: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def check(device_spec: str | None, dtype: str, as_json: bool) -> None:
     """Run all seven ops on the device against the float64 reference.
 
     Exits 1 on any mismatch or a device clpool refuses, 2 for a device that does not
@@ -96,11 +98,16 @@ def check(device_spec: str | None, dtype: str) -> None:
     except PoolError as e:
         click.echo(str(e), err=True)
         sys.exit(1 if isinstance(e, KernelError) else 2)
+    failed = [r.op for r in rows if not r.passed]
+    if as_json:
+        found = [dict(asdict(r), passed=r.passed) for r in rows]
+        where = dict(platform=d.platform.name.strip(), device=d.name.strip(), dtype=dt.name)
+        click.echo(json.dumps(dict(where, passed=not failed, ops=found), indent=2))
+        sys.exit(1 if failed else 0)
     click.echo(
         f"{d.platform.name.strip()} | {d.name.strip()}: {dt.name} against the float64 reference"
     )
     click.echo(_table(checker.HEADERS, checker.table_rows(rows)))
-    failed = [r.op for r in rows if not r.passed]
     click.echo(f"FAILED: {', '.join(failed)}" if failed else "all seven ops pass")
     sys.exit(1 if failed else 0)
 

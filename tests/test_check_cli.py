@@ -49,6 +49,24 @@ def test_check_default_dtype_and_device_option(device):
     assert [r[0] for r in rows] == OPS and {r[1] for r in rows} == {"float32"}
 
 
+def test_check_json_gives_every_op_and_the_exit_code(device, monkeypatch):
+    import json
+
+    result = CliRunner().invoke(main, ["check", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["device"] == device.name.strip() and report["passed"] is True
+    assert [r["op"] for r in report["ops"]] == OPS
+    assert all(r["passed"] and r["error"] <= r["tolerance"] for r in report["ops"])
+    # a mismatch: exit 1, and the JSON says which op
+    real = check.error
+    monkeypatch.setattr(check, "error", lambda got, want: 1.0 if got.ndim else real(got, want))
+    result = CliRunner().invoke(main, ["check", "--json"])
+    report = json.loads(result.output)
+    assert result.exit_code == 1 and report["passed"] is False
+    assert not any(r["passed"] for r in report["ops"])
+
+
 def test_run_reports_every_op_and_tolerance():
     rows = check.run()
     assert [r.op for r in rows] == OPS
