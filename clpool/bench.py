@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -16,7 +17,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from . import ops, shapes
+from . import __version__, ops, shapes
 from .discovery import Runtime
 
 OPS = (
@@ -244,7 +245,9 @@ def host_overhead_us(rt: Runtime, loops: int, min_time: float = MIN_TIME) -> dic
     clpool, _ = wall_us(lambda: ops.max_pool2d(x, 2), finish, loops, min_time)
     kernel = kernel_us(lambda: ops.max_pool2d(x, 2), rt.queue, KERNEL_CALLS)
     mul, _ = wall_us(lambda: x * 2, finish, loops, min_time)
-    program = cl.Program(rt.context, "__kernel void empty(__global float *a) {}").build()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        program = cl.Program(rt.context, "__kernel void empty(__global float *a) {}").build()
     empty = cl.Kernel(program, "empty")
     empty.set_arg(0, x.data)
     bare, _ = wall_us(
@@ -304,7 +307,7 @@ def run(
     for case in cases:
         t = time_clpool(case, rt, loops, min_time)
         nbytes = t["bytes"]
-        row = dict(op=case.op, shape=list(case.shape), params=case.label, **t)
+        row = dict(op=case.op, shape=list(case.shape), params=case.label, args=case.params, **t)
         row["wall_gbps"] = nbytes / t["wall_us"] / 1e3
         row["kernel_gbps"] = nbytes / t["kernel_us"] / 1e3
         row["kernel_fraction"] = row["kernel_gbps"] / copy_gbps
@@ -315,6 +318,22 @@ def run(
             row["torch_wall_us"] = time_torch(case, where, loops, min_time)
             row["speedup"] = row["torch_wall_us"] / t["wall_us"]
         yield row
+
+
+def versions(rt: Runtime, with_torch: bool) -> dict[str, str]:
+    """The versions a run's numbers depend on: clpool, PyOpenCL, the OpenCL driver and
+    platform, and PyTorch where it is timed."""
+    found = dict(
+        clpool=__version__,
+        pyopencl=cl.VERSION_TEXT,
+        driver=rt.device.driver_version.strip(),
+        platform=rt.device.platform.version.strip(),
+    )
+    if with_torch and torch_device(rt) is not None:
+        import torch
+
+        found["torch"] = torch.__version__
+    return found
 
 
 def report(
@@ -345,6 +364,7 @@ def report(
         device=rt.device.name.strip(),
         platform=rt.device.platform.name.strip(),
         date=time.strftime("%Y-%m-%d"),
+        versions=versions(rt, with_torch),
         copy_gbps=copy,
         loops=loops,
         min_time_s=min_time,

@@ -8,6 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+import clpool
 from clpool import bench, discovery
 from clpool.cli import main
 
@@ -33,10 +34,13 @@ def _check_report(report: dict, device, ops: list[str], shape: list[int]) -> Non
     assert report["device"] == device.name.strip()
     assert report["platform"] == device.platform.name.strip()
     assert report["copy_gbps"] > 0
+    assert report["versions"]["clpool"] == clpool.__version__
+    assert report["versions"]["driver"] == device.driver_version.strip()
     assert [r["op"] for r in report["rows"]] == ops
     torch_where = bench.torch_device(discovery.runtime(device))
     for row in report["rows"]:
         assert row["shape"] == shape
+        assert bench.Case(row["op"], tuple(shape), row["args"]).label == row["params"]
         _positive(row, ROW_KEYS - {"op", "shape", "params"})
         if torch_where is None:
             assert not TORCH_KEYS & row.keys()
