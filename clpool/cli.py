@@ -9,7 +9,7 @@ from dataclasses import asdict
 import click
 import pyopencl as cl
 
-from . import __version__, discovery, verify
+from . import __version__, discovery, programs, verify
 from .errors import KernelError, PoolError, reporting
 
 
@@ -29,6 +29,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 @click.version_option(__version__, prog_name="clpool")
 def main() -> None:
     """clpool: PyTorch's 2-D pooling ops as OpenCL kernels, on any OpenCL device."""
+    programs.announce = lambda what: click.echo(f"{what} (first use; cached after)", err=True)
 
 
 @main.command()

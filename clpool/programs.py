@@ -10,7 +10,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from pathlib import Path
 
@@ -80,6 +80,8 @@ _programs: LRU[LRU[Program]] = LRU(lambda: policy.current().contexts_kept)
 _building: dict[tuple, threading.Lock] = {}  # one lock per program being built
 _lock = threading.Lock()  # guards _building, the counter and the warning flag
 builds = 0  # how many programs this process has built, for tests and the cold-start report
+# Told about a build still running after a second (the command line says so on stderr).
+announce: Callable[[str], None] | None = None
 _uncached_said = False
 
 
@@ -132,20 +134,28 @@ def forget() -> None:
     _programs.clear()
 
 
+def _compile(context: cl.Context, text: str, flags: list[str]) -> cl.Program:
+    """Build `text` with `flags`, without PyOpenCL's compiler cache where its folder is
+    not writable (PyOpenCL then trips over its own error report)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        try:
+            return cl.Program(context, text).build(options=flags)
+        except KeyError as e:
+            if e.args != ("PYOPENCL_CACHE_FAILURE_FATAL",):
+                raise
+            _say_uncached()
+            return cl.Program(cl._cl._Program(context, text)).build(options=flags)
+
+
 def _build(context: cl.Context, name: str, text: str, options: tuple[str, ...]) -> Program:
-    flags = [*options, *include_options()]
+    timer = None
+    if announce is not None:
+        timer = threading.Timer(1.0, announce, [f"building {name} {' '.join(options)}"])
+        timer.daemon = True
+        timer.start()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", cl.CompilerWarning)
-            try:
-                program = cl.Program(context, text).build(options=flags)
-            except KeyError as e:
-                if e.args != ("PYOPENCL_CACHE_FAILURE_FATAL",):
-                    raise
-                # PyOpenCL could not write its compiler cache (and trips over its own
-                # error report): build without it.
-                _say_uncached()
-                program = cl.Program(cl._cl._Program(context, text)).build(options=flags)
+        program = _compile(context, text, [*options, *include_options()])
     except cl.Error as e:
         # PyOpenCL puts the build log of every device into the message.
         raise Problem(
@@ -154,6 +164,9 @@ def _build(context: cl.Context, name: str, text: str, options: tuple[str, ...]) 
             log=str(e),
             options=" ".join(options),
         ) from e
+    finally:
+        if timer is not None:
+            timer.cancel()
     found = Program(program)
     if not found.names:
         raise Problem(
