@@ -345,13 +345,14 @@ def test_an_unwritable_compiler_cache_still_builds(tmp_path):
 
 def test_a_build_past_a_second_is_announced_and_a_quick_one_is_not(device, monkeypatch):
     """`clpool check` and `bench` say on stderr which program a slow first build is."""
+    context = cl.Context([device])
+    built = programs._compile(context, programs.source("max_pool.cl"),
+                              ["-DCLPOOL_DTYPE=32", *programs.include_options()])
     said: list[str] = []
     monkeypatch.setattr(programs, "announce", said.append)
-    compile_ = programs._compile
-    context = cl.Context([device])
+    monkeypatch.setattr(programs, "_compile", lambda *a: built)  # instant
     programs.kernels(context, "max_pool.cl", ("-DCLPOOL_DTYPE=32", "-DQUICK=1"))
     assert said == []
-    monkeypatch.setattr(programs, "_compile",
-                        lambda *a: (threading.Event().wait(1.5), compile_(*a))[1])
+    monkeypatch.setattr(programs, "_compile", lambda *a: threading.Event().wait(1.5) and built)
     programs.kernels(context, "max_pool.cl", ("-DCLPOOL_DTYPE=32", "-DSLOW=1"))
     assert said == ["building max_pool.cl -DCLPOOL_DTYPE=32 -DSLOW=1"]
