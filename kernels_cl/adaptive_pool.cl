@@ -40,13 +40,16 @@ inline acc_t sum16(acc16_t s)
 }
 #endif
 
+/* Axes, cells and their bounds go up to 2^31 - 1: loops below test what is left (w1 - w),
+ * never a position past the bound (w + 4), which would overflow near 2^31. */
+
 /* Partial sums of xp[row + w0 .. row + w1), four in one vector: loads overlap, and a CPU
  * compiler uses SIMD within the work-item. */
 inline acc4_t row_part(__global const elem_t *xp, long row, int w0, int w1)
 {
     acc4_t s = 0;
     int w = w0;
-    for (; w + 4 <= w1; w += 4)
+    for (; w1 - w >= 4; w += 4)
         s += LOAD4(xp, row + w);
     for (; w < w1; ++w)
         s.x += LOAD(xp, row + w);
@@ -60,13 +63,16 @@ inline acc4_t row_part(__global const elem_t *xp, long row, int w0, int w1)
 inline acc_t window_sum(__global const elem_t *xp, int W, int h0, int h1, int w0, int w1)
 {
     acc_t total = 0, c = 0;
-    for (int b = h0; b < h1; b += 16)
-        for (int a = w0; a < w1; a += 64) {
+    for (int b = h0, b1; b < h1; b = b1) {
+        b1 = h1 - b > 16 ? b + 16 : h1;
+        for (int a = w0, a1; a < w1; a = a1) {
+            a1 = w1 - a > 64 ? a + 64 : w1;
             acc4_t s = 0;
-            for (int h = b; h < min(b + 16, h1); ++h)
-                s += row_part(xp, (long)h * W, a, min(a + 64, w1));
+            for (int h = b; h < b1; ++h)
+                s += row_part(xp, (long)h * W, a, a1);
             add_compensated(&total, &c, sum4(s));
         }
+    }
     return total;
 }
 
@@ -138,10 +144,13 @@ __kernel void adaptive_avg_pool2d_band(__global const elem_t *restrict x,
         acc4_t a = 0;
         /* Unrolled, so that the loads of 16 rows are in flight together: a GPU issues in
          * order, and a load-then-add loop waits for memory at every row (on the H200,
-         * 7x7 of [32,64,112,112]: 48 us with two rows in flight, 35 with 16). */
+         * 7x7 of [32,64,112,112]: 48 us with two rows in flight, 35 with 16). Counted
+         * from h0: h + slices could overflow near 2^31, r + slices not (bands of 16 to 63
+         * rows). An unsigned h took 34 -> 46 us there. */
+        int rows = h1 - h0;
 #pragma unroll 16
-        for (int h = h0 + slice; h < h1; h += slices)
-            a += LOAD4(xp, (long)h * W + 4 * q);
+        for (int r = slice; r < rows; r += slices)
+            a += LOAD4(xp, (long)(h0 + r) * W + 4 * q);
         __local acc_t *mine = colsum + slice * W + 4 * q;
         mine[0] = a.x;
         mine[1] = a.y;
@@ -149,7 +158,7 @@ __kernel void adaptive_avg_pool2d_band(__global const elem_t *restrict x,
         mine[3] = a.w;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int ow = lid; ow < OW; ow += get_local_size(0)) {
+    for (uint ow = lid; ow < (uint)OW; ow += get_local_size(0)) {
         int w0 = cell_start(ow, W, OW), w1 = cell_end(ow, W, OW);
         acc_t sum = 0;
         for (int w = w0; w < w1; ++w)

@@ -28,13 +28,26 @@ __kernel void avg_pool2d_forward(__global const elem_t *restrict x,
         UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
             sum[r][c] = 0;
     /* Row-major over the tile's input: each window adds its elements in row-major order,
-     * as PyTorch does. */
+     * as PyTorch does. Offsets outside the plane are not visited, except in a short
+     * constant span (SHORT_ROWS). */
+#if !SHORT_COLS
+    tap_range cols = taps_inside(ws, CLPOOL_COLS, sw, kw, 1, W);
+#endif
+#if SHORT_ROWS
     UNROLL for (int t = 0; t < (CLPOOL_ROWS - 1) * sh + kh; ++t) {
+#else
+    tap_range rows = taps_inside(hs, CLPOOL_ROWS, sh, kh, 1, H);
+    for (int t = rows.first; t < rows.end; ++t) {
+#endif
         int h = hs + t;
         if (!INSIDE(h, H))
             continue;
         LOAD_ROW(seg, xp, h, W, ws)
+#if SHORT_COLS
         UNROLL for (int u = 0; u < (CLPOOL_COLS - 1) * sw + kw; ++u) {
+#else
+        for (int u = cols.first; u < cols.end; ++u) {
+#endif
             if (!INSIDE(ws + u, W))
                 continue;
             acc_t v = ROW_VALUE(seg, xp, h, W, ws, u);
@@ -109,12 +122,12 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
 {
     int dh = 1, dw = 1;
     FIX_WINDOW();
-    int iw0 = get_global_id(0) * CLPOOL_COLS;
+    int iw0 = tile_start(0, CLPOOL_COLS, W);
     if (iw0 >= W)
         return;
     long plane = PLANE_ID();
     __global const elem_t *gp = grad_out + plane * OH * OW;
-    int ih0 = get_global_id(1) * CLPOOL_ROWS;
+    int ih0 = tile_start(1, CLPOOL_ROWS, H);
     window_range rows = windows_reaching(ih0, CLPOOL_ROWS, H, sh, ph, kh, OH);
     window_range cols = windows_reaching(iw0, CLPOOL_COLS, W, sw, pw, kw, OW);
 
@@ -122,14 +135,14 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
     UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
         UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
             g[r][c] = 0;
-    UNROLL for (int a = 0; a < rows.count; ++a) {
+    UNROLL for (int a = 0; a < windows_to_visit(rows); ++a) {
         int oh = rows.first + a, top = oh * sh - ph;
         if (oh >= rows.end)
             continue;
         acc_t row[CLPOOL_COLS]; /* this window row's share for each column */
         UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
             row[c] = 0;
-        UNROLL for (int b = 0; b < cols.count; ++b) {
+        UNROLL for (int b = 0; b < windows_to_visit(cols); ++b) {
             int ow = cols.first + b, left = ow * sw - pw;
             if (ow >= cols.end)
                 continue;
@@ -137,11 +150,11 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
                       / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
                                            count_include_pad, divisor_override);
             UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
-                if (INSIDE(iw0 + c - left, kw))
+                if (INSIDE((uint)(iw0 - left) + c, kw))
                     row[c] += v;
         }
         UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
-            if (INSIDE(ih0 + r - top, kh))
+            if (INSIDE((uint)(ih0 - top) + r, kh))
                 UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
                     g[r][c] += row[c];
     }

@@ -93,14 +93,22 @@ typedef int16 pos16_t;
 #define CLPOOL_COLS 1
 #endif
 #define PLANE_ID() ((long)get_global_id(2))
+/* The first of this work-item's `per_item` positions along dimension `dim`, or `size`
+ * where that lies past an axis of `size`. In uint: the host launches at most a work-group
+ * of items past the axis, so the product stays below 2^32 where an int would overflow. */
+inline int tile_start(uint dim, int per_item, int size)
+{
+    return (int)min((uint)get_global_id(dim) * (uint)per_item, (uint)size);
+}
 /* Declares (oh0, ow0), the first output of this work-item's tile in a windowed forward
  * kernel, and returns from the kernel when the tile lies past the output. */
 #define FORWARD_TILE(oh0, ow0, OH, OW)                                                \
-    int ow0 = get_global_id(0) * CLPOOL_COLS, oh0 = get_global_id(1) * CLPOOL_ROWS;   \
+    int ow0 = tile_start(0, CLPOOL_COLS, OW), oh0 = tile_start(1, CLPOOL_ROWS, OH);   \
     if (ow0 >= (OW) || oh0 >= (OH))                                                   \
         return
+/* row < rows, so ++row cannot overflow. */
 #define FOR_EACH_ROW(row, rows)                                                   \
-    for (int row_k_ = 0, row = (int)get_global_id(1) * CLPOOL_ROWS;               \
+    for (int row_k_ = 0, row = tile_start(1, CLPOOL_ROWS, rows);                  \
          row_k_ < CLPOOL_ROWS && row < (rows); ++row_k_, ++row)
 
 /* Window sizes are kernel arguments; with -DCLPOOL_KH=.. -DCLPOOL_KW=.. -DCLPOOL_SH=..
@@ -126,6 +134,18 @@ typedef int16 pos16_t;
 #else
 #define UNROLL
 #endif
+/* A forward tile's loop over the offsets of its input along an axis runs over every offset
+ * (a constant trip count: it unrolls, and its tap tests fold) where the window sizes are
+ * constants and the tile spans fewer than SHORT_SPAN offsets; otherwise only over those
+ * that taps_inside() gives. */
+#define SHORT_SPAN 256
+#ifdef CLPOOL_KH
+#define SHORT_ROWS ((CLPOOL_ROWS - 1) * CLPOOL_SH + (CLPOOL_KH - 1) * CLPOOL_DH < SHORT_SPAN)
+#define SHORT_COLS ((CLPOOL_COLS - 1) * CLPOOL_SW + (CLPOOL_KW - 1) * CLPOOL_DW < SHORT_SPAN)
+#else
+#define SHORT_ROWS 0
+#define SHORT_COLS 0
+#endif
 
 /* Rows of a forward tile's input. A work-item reads columns ws .. ws + TILE_SPAN_W - 1 of
  * each row it needs. With -DCLPOOL_VEC4 (window sizes and padding as constants, W % 4 == 0
@@ -133,7 +153,7 @@ typedef int16 pos16_t;
  * them as aligned vload4 chunks into seg[] first, each chunk wholly inside the row or
  * wholly outside it: a quarter of the load instructions (on the H200, max k3 s1
  * [128,64,128,128]: 552 -> 334 us). ROW_VALUE(u) is column ws + u of row h. */
-#ifdef CLPOOL_VEC4
+#if defined(CLPOOL_VEC4) && SHORT_COLS
 #define TILE_SPAN_W ((CLPOOL_COLS - 1) * CLPOOL_SW + (CLPOOL_KW - 1) * CLPOOL_DW + 1)
 #define VEC4_LEAD ((4 - CLPOOL_PW % 4) % 4)
 #define VEC4_CHUNKS ((VEC4_LEAD + TILE_SPAN_W + 3) / 4)
@@ -170,9 +190,49 @@ inline int any_tap(int u, int n, int s, int span, int d)
     return tapped;
 }
 
+/* The taps i, first <= i < end, of a window starting at `start` (k taps, dilation d) that
+ * lie inside an axis of `size`: ceil(-start / d) and min(k, floor((size - 1 - start) / d)
+ * + 1), dividing only at the axis' edges; none (first >= end) where the window misses it. */
+inline int2 taps_within(int start, int k, int d, int size)
+{
+    if (start >= size)
+        return (int2)(0, 0);
+    int first = start < 0 ? (-start - 1) / d + 1 : 0;
+    int end = start + (k - 1) * d < size ? k : (size - 1 - start) / d + 1;
+    return (int2)(first, end);
+}
+
+/* The offsets u, counted from `start`, the first input position of a tile's n windows
+ * along an axis (stride s, k taps, dilation d), that can be taps inside the axis of
+ * `size`: from `first` up to `end`, `step` apart; first >= end where there are none. One
+ * window (n, a constant, is 1): its taps inside the axis. Several: the offsets inside the
+ * axis, where the caller skips those no window taps (a dilation gap), as it always did. A
+ * loop over them stops at most `step` past a tap, below 2^31 within shapes.window's limit. */
+typedef struct {
+    int first, end, step;
+} tap_range;
+
+inline tap_range taps_inside(int start, int n, int s, int k, int d, int size)
+{
+    tap_range r;
+    if (n == 1) {
+        int2 i = taps_within(start, k, d, size);
+        r.first = i.x * d;
+        r.end = i.x < i.y ? (i.y - 1) * d + 1 : 0;
+        r.step = d;
+    } else {
+        r.first = start < 0 ? -start : 0;
+        r.end = min((n - 1) * s + (k - 1) * d + 1, size - start);
+        r.step = 1;
+    }
+    return r;
+}
+
 /* The windows (stride s, padding p, extent span) of an axis with `out` windows that can
- * reach input positions i0 .. i0 + n - 1 (clipped to the axis of `size`): from `first`
- * up to `end`, and never more than `count` of them, a constant when the sizes are. */
+ * reach input positions i0 .. i0 + n - 1 (clipped to the axis of `size`; i0 <= size): from
+ * `first` up to `end`, and never more than `count` of them, a constant when the sizes are
+ * (in plain operators: through the min() built-in it did not fold before the loops
+ * unrolled). No int overflow for axes and windows below 2^31. */
 typedef struct {
     int first, end, count;
 } window_range;
@@ -180,11 +240,27 @@ typedef struct {
 inline window_range windows_reaching(int i0, int n, int size, int s, int p, int span, int out)
 {
     window_range r;
-    int reach = i0 + p - span; /* window o covers i0 when o*s > reach */
+    int reach = i0 - (span - p); /* window o covers i0 when o*s > reach */
+    int last = size - 1 - i0 < n - 1 ? size - 1 : i0 + n - 1;
+    uint count = ((uint)n + (uint)span + (uint)s - 2u) / (uint)s;
     r.first = reach < 0 ? 0 : reach / s + 1;
-    r.end = min((min(i0 + n - 1, size - 1) + p) / s + 1, out);
-    r.count = (n + span - 1 + s - 1) / s;
+    r.end = min((last + p) / s + 1, out);
+    r.count = count > INT_MAX ? INT_MAX : (int)count;
     return r;
+}
+
+/* How many windows of r from r.first a loop visits (it skips those from r.end): r.count
+ * where that is a small constant, so that the loop unrolls, else no more than reach the
+ * input (a huge window over a small input: a few, not r.count). */
+#define SHORT_COUNT 64
+inline int windows_to_visit(window_range r)
+{
+#ifdef CLPOOL_KH
+    if (r.count <= SHORT_COUNT)
+        return r.count;
+#endif
+    int reaching = r.end - r.first;
+    return reaching < 0 ? 0 : reaching < r.count ? reaching : r.count;
 }
 
 #ifndef CLPOOL_NO_LANES16

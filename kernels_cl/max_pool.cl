@@ -57,13 +57,26 @@ __kernel void max_pool2d_forward(__global const elem_t *restrict x,
             best_i[r][c] = -1;
         }
     /* Row-major over the tile's input, so each window sees its taps in its own row-major
-     * order; an element no window taps (a dilation gap) is not loaded. */
+     * order; an element no window taps (a dilation gap) is not loaded. Offsets outside the
+     * plane are not visited either, except in a short constant span (SHORT_ROWS). */
+#if !SHORT_COLS
+    tap_range cols = taps_inside(ws, CLPOOL_COLS, sw, kw, dw, W);
+#endif
+#if SHORT_ROWS
     UNROLL for (int t = 0; t < (CLPOOL_ROWS - 1) * sh + span_h; ++t) {
+#else
+    tap_range rows = taps_inside(hs, CLPOOL_ROWS, sh, kh, dh, H);
+    for (int t = rows.first; t < rows.end; t += rows.step) {
+#endif
         int h = hs + t;
         if (!any_tap(t, CLPOOL_ROWS, sh, span_h, dh) || !INSIDE(h, H))
             continue;
         LOAD_ROW(seg, xp, h, W, ws)
+#if SHORT_COLS
         UNROLL for (int u = 0; u < (CLPOOL_COLS - 1) * sw + span_w; ++u) {
+#else
+        for (int u = cols.first; u < cols.end; u += cols.step) {
+#endif
             int w = ws + u;
             if (!any_tap(u, CLPOOL_COLS, sw, span_w, dw) || !INSIDE(w, W))
                 continue;
@@ -85,22 +98,20 @@ __kernel void max_pool2d_forward(__global const elem_t *restrict x,
         }
 }
 
-/* The max of one window starting at (hs, ws), stored at out[o] (and its index). */
+/* The max of one window starting at (hs, ws), stored at out[o] (and its index): its taps
+ * inside the plane only. */
 inline void max_window(__global const elem_t *xp, __global elem_t *out,
                        __global index_t *indices, long o, int H, int W, int hs, int ws,
                        int kh, int kw, int dh, int dw)
 {
     acc_t best = -INFINITY;
     pos_t best_i = -1;
-    for (int i = 0; i < kh; ++i) {
+    int2 ti = taps_within(hs, kh, dh, H), tj = taps_within(ws, kw, dw, W);
+    for (int i = ti.x; i < ti.y; ++i) {
         int h = hs + i * dh;
-        if (!INSIDE(h, H))
-            continue;
-        for (int j = 0; j < kw; ++j) {
-            int w = ws + j * dw;
-            pos_t at = (pos_t)h * W + w;
-            if (INSIDE(w, W))
-                FOLD_MAX(best, best_i, LOAD(xp, at), at)
+        for (int j = tj.x; j < tj.y; ++j) {
+            pos_t at = (pos_t)h * W + ws + j * dw;
+            FOLD_MAX(best, best_i, LOAD(xp, at), at)
         }
     }
     STORE(out, o, best);
@@ -120,10 +131,9 @@ inline void max_window16(__global const elem_t *xp, __global elem_t *out,
     const pos16_t lanes = (pos16_t)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     acc16_t best = -INFINITY;
     pos16_t best_i = -1, first_i = -1;
-    for (int i = 0; i < kh; ++i) {
+    int2 ti = taps_within(hs, kh, dh, H);
+    for (int i = ti.x; i < ti.y; ++i) {
         int h = hs + i * dh;
-        if (!INSIDE(h, H))
-            continue;
         if (first_i.s0 < 0)
             first_i = (pos_t)h * W + ws + lanes * sw;
         for (int j = 0; j < kw; ++j) {
@@ -172,7 +182,7 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
                                   MAX_POOL_SIZES)
 {
     FIX_WINDOW();
-    int iw0 = get_global_id(0) * CLPOOL_COLS;
+    int iw0 = tile_start(0, CLPOOL_COLS, W);
     if (iw0 >= W)
         return;
     long plane = PLANE_ID();
@@ -186,9 +196,9 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
         acc_t g[CLPOOL_COLS];
         UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
             g[c] = 0;
-        UNROLL for (int a = 0; a < rows.count; ++a) {
+        UNROLL for (int a = 0; a < windows_to_visit(rows); ++a) {
             int oh = rows.first + a;
-            UNROLL for (int b = 0; b < cols.count; ++b) {
+            UNROLL for (int b = 0; b < windows_to_visit(cols); ++b) {
                 int ow = cols.first + b;
                 if (oh >= rows.end || ow >= cols.end)
                     continue;
