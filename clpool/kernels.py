@@ -102,21 +102,20 @@ class Launch:
 
 
 def bind(
-    built: cl.Kernel,
+    kernel: cl.Kernel,
     global_size: tuple[int, ...],
     local_size: tuple[int, ...] | None,
     slots: dict[str, str] | None = None,
     **scalars: object,
 ) -> Launch:
-    """A Launch of the built kernel `built`: each argument its signature names is one of
-    `scalars` (set now, typed by the signature) or a slot filled at each call (its own
-    name, or the one `slots` maps it to)."""
-    name = built.function_name
+    """A Launch of `kernel`, an instance of its own (programs.Program.instance): each
+    argument its signature names is one of `scalars` (set now, typed by the signature) or
+    a slot filled at each call (its own name, or the one `slots` maps it to)."""
+    name = kernel.function_name
     signature = SIGNATURES[name]
     unknown = set(scalars) - {arg for arg, _ in signature}
     if unknown:
         raise ValueError(f"{name} takes no argument {', '.join(sorted(unknown))}")
-    kernel = cl.Kernel(built.program, name)  # its own instance: arguments set per plan
     bound = []
     for index, (arg, kind) in enumerate(signature):
         if arg in scalars:

@@ -201,8 +201,9 @@ class Planner:
                     options += ["-DCLPOOL_VEC4", f"-DCLPOOL_PH={win.ph}", f"-DCLPOOL_PW={win.pw}"]
         self.options = tuple(options)
 
-    def kernel(self, name: str) -> cl.Kernel:
-        """The built kernel `name` of this call's program variant."""
+    def kernel(self, name: str, own: bool = False) -> cl.Kernel:
+        """The built kernel `name` of this call's program variant (`own`: an instance of
+        its own)."""
         # Only the max and average sources hold tiled kernels: an adaptive program built
         # with columns would be the same program built twice.
         cols = self.cols if self.family in TILED_FAMILIES else 1
@@ -214,7 +215,7 @@ class Planner:
             *self.options,
             *quirks.options(self.rt.device),
         )
-        return programs.kernel(self.rt.context, SOURCES[self.family], options, name)
+        return programs.kernel(self.rt.context, SOURCES[self.family], options, name, own)
 
     def group_size(self, name: str, want: int) -> int:
         """The largest power of two work-items, at most `want` (and at least 1), that a
@@ -262,7 +263,7 @@ class Planner:
             sizes, local = ndrange(
                 self.rt.device, -(-cols // per_item), -(-rows // self.rows), planes
             )
-        self.steps.append(kernels.bind(self.kernel(name), sizes, local, slots, **scalars))
+        self.steps.append(kernels.bind(self.kernel(name, own=True), sizes, local, slots, **scalars))
 
     def step_by_plane(
         self, name: str, sizes: tuple[int, ...], slots: dict | None = None, **scalars: object
@@ -284,7 +285,7 @@ class Planner:
         name = "clpool_contiguous" if a.dtype == self.dtype else "clpool_contiguous_index"
         sizes, local = ndrange(self.rt.device, w, h, n * c)
         return kernels.bind(
-            self.kernel(name),
+            self.kernel(name, own=True),
             sizes,
             local,
             slots={"in": f"{slot}:src", "out": slot, "offset": f"{slot}:offset"},

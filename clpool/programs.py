@@ -67,6 +67,11 @@ class Program(Mapping):
                 self._made[name] = cl.Kernel(self.program, name)
             return self._made[name]
 
+    def instance(self, name: str) -> cl.Kernel:
+        """A new kernel `name` of this program, whose arguments no one else sets."""
+        self[name]  # a KeyError for a name the program lacks
+        return cl.Kernel(self.program, name)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.names)
 
@@ -116,9 +121,15 @@ def kernels(context: cl.Context, name: str, options: tuple[str, ...]) -> Program
                 _building.pop(key, None)
 
 
-def kernel(context: cl.Context, name: str, options: tuple[str, ...], kernel: str) -> cl.Kernel:
-    """Kernel `kernel` of program `name` built with `options` on `context`."""
-    found = kernels(context, name, options).get(kernel)
+def kernel(
+    context: cl.Context, name: str, options: tuple[str, ...], kernel: str, own: bool = False
+) -> cl.Kernel:
+    """Kernel `kernel` of program `name` built with `options` on `context`; with `own`, an
+    instance of its own (to set its arguments once)."""
+    program = kernels(context, name, options)
+    found = program.get(kernel)
+    if found is not None and own:
+        found = program.instance(kernel)
     if found is None:
         raise Problem(
             KernelError,

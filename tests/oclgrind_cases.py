@@ -308,14 +308,15 @@ _kept: list[cl.Buffer] = []
 
 def _record_launches() -> None:
     """Note the name of every kernel enqueued (pyopencl's generated invokers call
-    pyopencl._cl.enqueue_nd_range_kernel)."""
+    pyopencl._cl.enqueue_nd_range_kernel, clpool's launches pyopencl.enqueue_nd_range_kernel:
+    the same function under two names)."""
     enqueue = _cl.enqueue_nd_range_kernel
 
     def recording(queue, kernel, *args, **kwargs):
         _launched.add(kernel.function_name)
         return enqueue(queue, kernel, *args, **kwargs)
 
-    _cl.enqueue_nd_range_kernel = recording
+    _cl.enqueue_nd_range_kernel = cl.enqueue_nd_range_kernel = recording
 
 
 def _keep_buffers() -> None:

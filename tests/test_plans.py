@@ -227,7 +227,7 @@ def test_each_kernel_signature_matches_its_source():
 def test_a_scalar_too_large_for_its_kernel_argument_is_an_argument_error(device):
     built = programs.kernel(clpool.discovery.runtime(device).context, "adaptive_pool.cl",
                             ("-DCLPOOL_DTYPE=32", "-DCLPOOL_INDEX=64", "-DCLPOOL_ROWS=1",
-                             "-DCLPOOL_COLS=1"), "adaptive_avg_pool2d_forward")
+                             "-DCLPOOL_COLS=1"), "adaptive_avg_pool2d_forward", own=True)
     with pytest.raises(clpool.errors.Problem) as info:
         kernels.bind(built, (1, 1, 1), None, H=2**31, W=1, OH=1, OW=1)
     assert info.value.kind is PoolArgumentError and "H=2147483648" in info.value.reason
