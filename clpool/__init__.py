@@ -1,4 +1,4 @@
-"""clpool: the 2-D pooling ops of PyTorch as OpenCL C kernels, on any OpenCL device."""
+"""clpool: the pooling ops of PyTorch as OpenCL C kernels, on any OpenCL device."""
 
 from ._version import __version__ as __version__
 from .discovery import DeviceInfo, devices
@@ -14,6 +14,14 @@ from .ops import (
     max_pool2d_with_indices,
     max_pool2d_with_indices_backward,
 )
+from .pool1d import (
+    adaptive_avg_pool1d,
+    adaptive_avg_pool1d_backward,
+    avg_pool1d,
+    avg_pool1d_backward,
+    max_pool1d,
+    max_pool1d_with_indices_backward,
+)
 
 __all__ = [
     "DeviceInfo",
@@ -21,13 +29,19 @@ __all__ = [
     "PoolArgumentError",
     "PoolError",
     "UnsupportedDtypeError",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool1d_backward",
     "adaptive_avg_pool2d",
     "adaptive_avg_pool2d_backward",
+    "avg_pool1d",
+    "avg_pool1d_backward",
     "avg_pool2d",
     "avg_pool2d_backward",
     "default_queue",
     "devices",
     "empty_cache",
+    "max_pool1d",
+    "max_pool1d_with_indices_backward",
     "max_pool2d",
     "max_pool2d_with_indices",
     "max_pool2d_with_indices_backward",

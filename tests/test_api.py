@@ -64,12 +64,21 @@ def _documented(text: str) -> list[tuple[str, object]]:
     return out
 
 
+# torch's other builtins, as their docstrings give them
+DOCUMENTED = {
+    "avg_pool2d": AVG_POOL2D,
+    "avg_pool1d": "avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, "
+    "count_include_pad=True)",
+    "adaptive_avg_pool1d": "adaptive_avg_pool1d(input, output_size)",
+}
+
+
 def _torch_forward(name: str) -> list[tuple[str, object]]:
-    if name == "avg_pool2d":
-        assert F.avg_pool2d.__doc__.strip().splitlines()[0].startswith(AVG_POOL2D)
-        return _documented(AVG_POOL2D)
+    if name in DOCUMENTED:
+        assert getattr(F, name).__doc__.strip().splitlines()[0].startswith(DOCUMENTED[name])
+        return _documented(DOCUMENTED[name])
     # F.max_pool2d is a boolean_dispatch wrapper: its parameters are F._max_pool2d's
-    fn = {"max_pool2d": F._max_pool2d}.get(name) or getattr(F, name)
+    fn = {"max_pool2d": F._max_pool2d, "max_pool1d": F._max_pool1d}.get(name) or getattr(F, name)
     params = _params(fn)
     if name == "max_pool2d_with_indices":  # torch's takes a return_indices it ignores
         params = [p for p in params if p[0] != "return_indices"]
@@ -84,13 +93,25 @@ def _aten_backward(name: str) -> list[tuple[str, object]]:
     return [(n, defaults.get(n, MISSING)) for n in names]
 
 
-FORWARD = ["max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "adaptive_avg_pool2d"]
+FORWARD = ["max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "adaptive_avg_pool2d",
+           "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d"]
 BACKWARD = list(BACKWARD_DEFAULTS)
+# ATen has no 1-D backward ops (torch runs the 2-D ones): clpool's take the 2-D ones'
+# parameters, less divisor_override, which avg_pool1d lacks.
+BACKWARD_1D = {"max_pool1d_with_indices_backward": "max_pool2d_with_indices_backward",
+               "avg_pool1d_backward": "avg_pool2d_backward",
+               "adaptive_avg_pool1d_backward": "adaptive_avg_pool2d_backward"}
 
 
 def test_every_public_op_is_checked():
-    ops = {n for n in clpool.__all__ if n.endswith(("pool2d", "indices", "backward"))}
-    assert ops == set(FORWARD) | set(BACKWARD)
+    ops = {n for n in clpool.__all__ if n.endswith(("pool1d", "pool2d", "indices", "backward"))}
+    assert ops == set(FORWARD) | set(BACKWARD) | set(BACKWARD_1D)
+
+
+@pytest.mark.parametrize("name", BACKWARD_1D)
+def test_1d_backward_signature_is_its_2d_twins(name):
+    twin = [p for p in _params(getattr(clpool, BACKWARD_1D[name])) if p[0] != "divisor_override"]
+    assert _params(getattr(clpool, name)) == twin
 
 
 @pytest.mark.parametrize("name", FORWARD)

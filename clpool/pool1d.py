@@ -1,0 +1,199 @@
+"""The 1-D pooling ops of torch.nn.functional, run on the 2-D kernels with H = 1: an
+(N, C, L) input is seen as (N, C, 1, L) and each 1-D size k as (1, k). Indices along L
+are the 2-D kernels' flat h * W + w indices with h = 0."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyopencl.array as cla
+
+from . import adopt, ops
+from .errors import KernelError, PoolArgumentError, PoolError, Problem, fail, reporting
+
+Tensor = ops.Tensor
+
+
+def _size(value: object, name: str, fill: int) -> object:
+    """A 1-D size (an int or a sequence of one) as its 2-D form (fill, value); None and
+    an empty sequence stay as they are (stride: the kernel size)."""
+    if value is None or (isinstance(value, (tuple, list)) and len(value) == 0):
+        return value
+    if isinstance(value, (tuple, list)):
+        if len(value) != 1:
+            raise Problem(PoolArgumentError, f"{name} must be an int or a tuple of one int, got "
+                          f"{value!r}")  # fmt: skip
+        value = value[0]
+    return (fill, value)
+
+
+def _rank(a: object) -> int:
+    return len(a.shape) if isinstance(a, (np.ndarray, cla.Array)) else np.ndim(a)
+
+
+def _widen(a: object) -> object:
+    """An (N, C, L) or (C, L) input as (N, C, 1, L) or (C, 1, L), sharing its memory."""
+    if isinstance(a, cla.Array):
+        shape = (*a.shape[:-1], 1, a.shape[-1])
+        strides = (*a.strides[:-1], a.shape[-1] * a.strides[-1], a.strides[-1])
+        return cla.Array(a.queue, shape, a.dtype, data=a.base_data, offset=a.offset,
+                         strides=strides, events=list(a.events))  # fmt: skip
+    return np.expand_dims(np.asarray(a), -2)
+
+
+def _narrow(a: object) -> object:
+    """A 2-D op's (..., 1, L) result as (..., L)."""
+    if isinstance(a, cla.Array):
+        return a.reshape((*a.shape[:-2], a.shape[-1]))
+    return a[..., 0, :]
+
+
+def _run(label: str, op: Callable[..., object], arrays: tuple, *args: object, **kw: object):
+    """Run the 2-D `op` on the 1-D `arrays` under `label`: ranks checked, inputs widened,
+    results narrowed and returned in the inputs' kind; its errors named for `label`."""
+    try:
+        with reporting(label):
+            arrays, like = adopt.inputs(arrays)
+            for a in arrays:
+                if _rank(a) not in (2, 3):
+                    raise Problem(
+                        PoolArgumentError,
+                        f"expected a 2-D (C, L) or 3-D (N, C, L) input, got shape {np.shape(a)}",
+                    )
+            if kw.get("out") is not None:
+                out = kw["out"]
+                kw["out"] = tuple(map(_widen, out)) if isinstance(out, tuple) else _widen(out)
+            got = op(*map(_widen, arrays), *args, **kw)
+    except PoolError as e:
+        extra = dict(log=e.log, options=e.options) if isinstance(e, KernelError) else {}
+        fail(type(e), label, e.device, e.dtype, e.reason, **extra)
+    results = [_narrow(r) for r in (got if isinstance(got, tuple) else (got,))]
+    if like is not None and isinstance(results[0], np.ndarray):
+        results = adopt.tensors(results, like)
+    return tuple(results) if isinstance(got, tuple) else results[0]
+
+
+def max_pool1d(
+    input: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    dilation=1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+    *,
+    index_dtype: object = "int64",
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """1-D max pooling, as torch.nn.functional.max_pool1d; with return_indices, also the
+    index of each maximum along L."""
+    with reporting("max_pool1d"):
+        sizes = (_size(kernel_size, "kernel_size", 1), _size(stride, "stride", 1),
+                 _size(padding, "padding", 0), _size(dilation, "dilation", 1))  # fmt: skip
+    op = ops.max_pool2d_with_indices if return_indices else ops.max_pool2d
+    extra = dict(index_dtype=index_dtype) if return_indices else {}
+    return _run("max_pool1d", op, (input,), *sizes, ceil_mode, device=device, queue=queue,
+                out=out, **extra)  # fmt: skip
+
+
+def max_pool1d_with_indices_backward(
+    grad_output: Tensor,
+    input: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    dilation=1,
+    ceil_mode: bool = False,
+    indices: Tensor | None = None,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """Gradient of max_pool1d (return_indices=True) with respect to its input."""
+    label = "max_pool1d_with_indices_backward"
+    with reporting(label):
+        if indices is None:
+            raise Problem(PoolArgumentError, "indices is required (the forward's indices)")
+        sizes = (_size(kernel_size, "kernel_size", 1), _size(stride, "stride", 1),
+                 _size(padding, "padding", 0), _size(dilation, "dilation", 1))  # fmt: skip
+
+    def op(g, x, i, *args, **kw):
+        return ops.max_pool2d_with_indices_backward(g, x, *args, ceil_mode, i, **kw)
+
+    return _run(label, op, (grad_output, input, indices), *sizes, device=device, queue=queue,
+                out=out)  # fmt: skip
+
+
+def avg_pool1d(
+    input: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """1-D average pooling, as torch.nn.functional.avg_pool1d."""
+    with reporting("avg_pool1d"):
+        sizes = (_size(kernel_size, "kernel_size", 1), _size(stride, "stride", 1),
+                 _size(padding, "padding", 0))  # fmt: skip
+    return _run("avg_pool1d", ops.avg_pool2d, (input,), *sizes, ceil_mode, count_include_pad,
+                device=device, queue=queue, out=out)  # fmt: skip
+
+
+def avg_pool1d_backward(
+    grad_output: Tensor,
+    input: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """Gradient of avg_pool1d with respect to its input."""
+    label = "avg_pool1d_backward"
+    with reporting(label):
+        sizes = (_size(kernel_size, "kernel_size", 1), _size(stride, "stride", 1),
+                 _size(padding, "padding", 0))  # fmt: skip
+    return _run(label, ops.avg_pool2d_backward, (grad_output, input), *sizes, ceil_mode,
+                count_include_pad, device=device, queue=queue, out=out)  # fmt: skip
+
+
+def adaptive_avg_pool1d(
+    input: Tensor,
+    output_size,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """1-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool1d."""
+    with reporting("adaptive_avg_pool1d"):
+        size = _size(output_size, "output_size", 1)
+    return _run("adaptive_avg_pool1d", ops.adaptive_avg_pool2d, (input,), size, device=device,
+                queue=queue, out=out)  # fmt: skip
+
+
+def adaptive_avg_pool1d_backward(
+    grad_output: Tensor,
+    input: Tensor,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """Gradient of adaptive_avg_pool1d with respect to its input; the output size is
+    grad_output's."""
+    return _run("adaptive_avg_pool1d_backward", ops.adaptive_avg_pool2d_backward,
+                (grad_output, input), device=device, queue=queue, out=out)  # fmt: skip

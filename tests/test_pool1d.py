@@ -1,0 +1,140 @@
+"""The 1-D ops (on the 2-D kernels with H = 1) against PyTorch CPU and the float64
+reference: random sweeps with padding, dilation, ceil mode, ties, NaN and -inf; the
+backward ops; device arrays (strided too); tensors in, tensors out; errors under the 1-D
+op's own label."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+import pytest
+from pool_cases import assert_close, same_bits
+
+import clpool
+from clpool import reference as ref
+from clpool.errors import PoolArgumentError
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+def _cases(seed: int, count: int, dilation: bool = True):
+    """(shape, kernel, stride, padding, dilation, ceil_mode) that torch accepts."""
+    rng = np.random.default_rng(seed)
+    found = []
+    while len(found) < count:
+        k, s, d = int(rng.integers(1, 6)), int(rng.integers(1, 4)), int(rng.integers(1, 3))
+        d = d if dilation else 1
+        p = int(rng.integers(0, ((k - 1) * d + 1) // 2 + 1)) if dilation else int(
+            rng.integers(0, k // 2 + 1))
+        length = int(rng.integers(1, 40))
+        ceil = bool(rng.integers(0, 2))
+        if (length + 2 * p - d * (k - 1) - 1) // s + 1 < 1:
+            continue
+        if dilation and p > k // 2:  # torch refuses padding past half the kernel itself
+            continue
+        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), length)
+        found.append((shape if rng.integers(0, 4) else shape[1:], k, s, p, d, ceil))
+    return found
+
+
+def _data(rng: np.random.Generator, shape, dtype=np.float32) -> np.ndarray:
+    x = rng.integers(-3, 4, size=shape).astype(dtype)  # ties
+    x.reshape(-1)[rng.random(x.size) < 0.05] = -np.inf
+    x.reshape(-1)[rng.random(x.size) < 0.03] = np.nan
+    return x
+
+
+def test_max_pool1d_and_its_backward_equal_torch(device):
+    rng = np.random.default_rng(160)
+    for shape, k, s, p, d, ceil in _cases(160, 30):
+        x = _data(rng, shape)
+        t = torch.from_numpy(x).requires_grad_()
+        want, want_i = F.max_pool1d(t, k, s, p, d, ceil, return_indices=True)
+        got, got_i = clpool.max_pool1d(x, k, s, p, d, ceil, return_indices=True)
+        case = (shape, k, s, p, d, ceil)
+        assert same_bits(got, want.detach().numpy()) and same_bits(got_i, want_i.numpy()), case
+        assert same_bits(clpool.max_pool1d(x, k, s, p, d, ceil), got), case
+        g = rng.standard_normal(got.shape).astype(np.float32)
+        want.backward(torch.from_numpy(g))
+        grad = clpool.max_pool1d_with_indices_backward(g, x, k, s, p, d, ceil, got_i)
+        assert_close(grad, t.grad.numpy(), 1e-6, case)
+
+
+def test_avg_pool1d_and_its_backward_equal_torch_and_the_reference(device):
+    rng = np.random.default_rng(161)
+    for shape, k, s, p, _, ceil in _cases(161, 30, dilation=False):
+        x = rng.standard_normal(shape).astype(np.float32)
+        for include_pad in (True, False):
+            t = torch.from_numpy(x).requires_grad_()
+            want = F.avg_pool1d(t, k, s, p, ceil, include_pad)
+            got = clpool.avg_pool1d(x, k, s, p, ceil, include_pad)
+            case = (shape, k, s, p, ceil, include_pad)
+            assert_close(got, want.detach().numpy(), 1e-5, case)
+            x4 = x[..., None, :]
+            assert_close(got, ref.avg_pool2d(x4, (1, k), (1, s), (0, p), ceil, include_pad)[
+                ..., 0, :], 1e-5, case)
+            g = rng.standard_normal(got.shape).astype(np.float32)
+            want.backward(torch.from_numpy(g))
+            grad = clpool.avg_pool1d_backward(g, x, k, s, p, ceil, include_pad)
+            assert_close(grad, t.grad.numpy(), 1e-5, case)
+
+
+def test_adaptive_avg_pool1d_and_its_backward_equal_torch(device):
+    rng = np.random.default_rng(162)
+    for length, size in [(1, 1), (7, 3), (10, 10), (5, 9), (64, 7), (33, 1), (100, 16)]:
+        x = rng.standard_normal((2, 3, length)).astype(np.float32)
+        t = torch.from_numpy(x).requires_grad_()
+        want = F.adaptive_avg_pool1d(t, size)
+        got = clpool.adaptive_avg_pool1d(x, size)
+        assert_close(got, want.detach().numpy(), 1e-5, (length, size))
+        g = rng.standard_normal(got.shape).astype(np.float32)
+        want.backward(torch.from_numpy(g))
+        assert_close(clpool.adaptive_avg_pool1d_backward(g, x), t.grad.numpy(), 1e-5)
+
+
+def test_device_arrays_strided_too_stay_on_the_device(device):
+    queue = cl.CommandQueue(cl.Context([device]))
+    rng = np.random.default_rng(163)
+    x = rng.standard_normal((2, 4, 30)).astype(np.float32)
+    for xd, host in [(cla.to_device(queue, x), x),
+                     (cla.to_device(queue, x)[:, :, ::2], x[:, :, ::2]),
+                     (cla.to_device(queue, x)[1:], x[1:])]:
+        got, idx = clpool.max_pool1d(xd, 3, 2, 1, return_indices=True)
+        assert isinstance(got, cla.Array) and got.events
+        want, want_i = F.max_pool1d(torch.from_numpy(np.ascontiguousarray(host)), 3, 2, 1,
+                                    return_indices=True)
+        assert same_bits(got.get(), want.numpy()) and same_bits(idx.get(), want_i.numpy())
+        avg = clpool.avg_pool1d(xd, 4, 3)
+        assert_close(avg.get(), F.avg_pool1d(torch.from_numpy(np.ascontiguousarray(host)),
+                                             4, 3).numpy())
+
+
+def test_tensors_in_tensors_out():
+    t = torch.randn(2, 3, 20, dtype=torch.float64, requires_grad=True)
+    if not clpool.discovery.has_fp64(clpool.discovery.select()):
+        t = t.float()
+    got = clpool.max_pool1d(t, 3, 2)
+    assert isinstance(got, torch.Tensor) and got.dtype == t.dtype and got.shape == (2, 3, 9)
+    assert torch.equal(got, F.max_pool1d(t.detach(), 3, 2))
+    out = clpool.adaptive_avg_pool1d(t, 4)
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 3, 4)
+
+
+@pytest.mark.parametrize("call, label", [
+    (lambda x: clpool.max_pool1d(x, (2, 2)), "max_pool1d"),
+    (lambda x: clpool.max_pool1d(x[0, 0], 2), "max_pool1d"),
+    (lambda x: clpool.avg_pool1d(x, 0), "avg_pool1d"),
+    (lambda x: clpool.avg_pool1d(x, 2, padding=2), "avg_pool1d"),
+    (lambda x: clpool.adaptive_avg_pool1d(x, -1), "adaptive_avg_pool1d"),
+    (lambda x: clpool.max_pool1d_with_indices_backward(x, x, 2, 2, 0, 1, False,
+                                                       np.zeros((1, 2, 3), np.int64)),
+     "max_pool1d_with_indices_backward"),
+])
+def test_errors_are_named_for_the_1d_op(device, call, label):
+    x = np.ones((1, 2, 8), np.float32)
+    with pytest.raises(PoolArgumentError) as info:
+        call(x)
+    assert info.value.label == label
+    assert str(info.value).startswith(f"{label} kernel failed (device=")
