@@ -28,6 +28,14 @@ def _size(value: object, name: str, fill: int) -> object:
     return (fill, value)
 
 
+def _window(kernel_size: object, stride: object, padding: object, *dilation: object) -> tuple:
+    """kernel_size, stride, padding (and dilation) of a 1-D op in their 2-D forms."""
+    names = ("kernel_size", "stride", "padding", "dilation")
+    fills = (1, 1, 0, 1)
+    values = (kernel_size, stride, padding, *dilation)
+    return tuple(_size(v, n, f) for v, n, f in zip(values, names, fills, strict=False))
+
+
 def _rank(a: object) -> int:
     return len(a.shape) if isinstance(a, (np.ndarray, cla.Array)) else np.ndim(a)
 
@@ -91,8 +99,7 @@ def max_pool1d(
     """1-D max pooling, as torch.nn.functional.max_pool1d; with return_indices, also the
     index of each maximum along L."""
     with reporting("max_pool1d"):
-        sizes = (_size(kernel_size, "kernel_size", 1), _size(stride, "stride", 1),
-                 _size(padding, "padding", 0), _size(dilation, "dilation", 1))  # fmt: skip
+        sizes = _window(kernel_size, stride, padding, dilation)
     op = ops.max_pool2d_with_indices if return_indices else ops.max_pool2d
     extra = dict(index_dtype=index_dtype) if return_indices else {}
     return _run("max_pool1d", op, (input,), *sizes, ceil_mode, device=device, queue=queue,
@@ -118,8 +125,7 @@ def max_pool1d_with_indices_backward(
     with reporting(label):
         if indices is None:
             raise Problem(PoolArgumentError, "indices is required (the forward's indices)")
-        sizes = (_size(kernel_size, "kernel_size", 1), _size(stride, "stride", 1),
-                 _size(padding, "padding", 0), _size(dilation, "dilation", 1))  # fmt: skip
+        sizes = _window(kernel_size, stride, padding, dilation)
 
     def op(g, x, i, *args, **kw):
         return ops.max_pool2d_with_indices_backward(g, x, *args, ceil_mode, i, **kw)
@@ -142,8 +148,7 @@ def avg_pool1d(
 ) -> Tensor:
     """1-D average pooling, as torch.nn.functional.avg_pool1d."""
     with reporting("avg_pool1d"):
-        sizes = (_size(kernel_size, "kernel_size", 1), _size(stride, "stride", 1),
-                 _size(padding, "padding", 0))  # fmt: skip
+        sizes = _window(kernel_size, stride, padding)
     return _run("avg_pool1d", ops.avg_pool2d, (input,), *sizes, ceil_mode, count_include_pad,
                 device=device, queue=queue, out=out)  # fmt: skip
 
@@ -164,8 +169,7 @@ def avg_pool1d_backward(
     """Gradient of avg_pool1d with respect to its input."""
     label = "avg_pool1d_backward"
     with reporting(label):
-        sizes = (_size(kernel_size, "kernel_size", 1), _size(stride, "stride", 1),
-                 _size(padding, "padding", 0))  # fmt: skip
+        sizes = _window(kernel_size, stride, padding)
     return _run(label, ops.avg_pool2d_backward, (grad_output, input), *sizes, ceil_mode,
                 count_include_pad, device=device, queue=queue, out=out)  # fmt: skip
 
