@@ -49,6 +49,7 @@ class Case:
     op: str
     shape: tuple[int, int, int, int]
     params: dict = field(default_factory=dict)
+    dtype: str = "float32"
 
     @property
     def label(self) -> str:
@@ -59,18 +60,21 @@ class Case:
 
 
 def default_cases(
-    cpu: bool, ops_wanted: tuple[str, ...] = OPS, shape: tuple[int, ...] | None = None
+    cpu: bool,
+    ops_wanted: tuple[str, ...] = OPS,
+    shape: tuple[int, ...] | None = None,
+    dtype: str = "float32",
 ) -> list[Case]:
-    """The default sweep (or every op on one given shape with k3 s2 p1)."""
+    """The default sweep (or every op on one given shape with k3 s2 p1), in `dtype`."""
     shapes = SHAPES if shape is None else ((tuple(shape), SHAPES[0][1]),)
     if cpu and shape is None:
         shapes = tuple(((max(1, s[0] // 4), *s[1:]), w) for s, w in shapes)
     cases = []
     for i, (s, window) in enumerate(shapes):
-        cases += [Case(op, s, dict(window)) for op in WINDOWED if op in ops_wanted]
+        cases += [Case(op, s, dict(window), dtype) for op in WINDOWED if op in ops_wanted]
         if i < 2 or shape is not None:
             cases += [
-                Case(op, s, dict(output_size=o))
+                Case(op, s, dict(output_size=o), dtype)
                 for o in ADAPTIVE_OUTPUTS
                 for op in OPS[5:]
                 if op in ops_wanted
@@ -153,8 +157,8 @@ def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[dict, int]:
     rng = np.random.default_rng(seed)
     n, c, h, w = case.shape
     oh, ow = _out_hw(case)
-    x = cla.to_device(rt.queue, rng.standard_normal(case.shape, dtype=np.float32))
-    grad = cla.to_device(rt.queue, rng.standard_normal((n, c, oh, ow), dtype=np.float32))
+    x = cla.to_device(rt.queue, rng.standard_normal(case.shape).astype(case.dtype))
+    grad = cla.to_device(rt.queue, rng.standard_normal((n, c, oh, ow)).astype(case.dtype))
     big, small = x.nbytes, grad.nbytes
     if case.op == "max_pool2d_with_indices_backward":
         _, indices = ops.max_pool2d_with_indices(x, **case.params)
@@ -224,8 +228,8 @@ def time_torch(case: Case, where: str, loops: int, min_time: float = MIN_TIME) -
     rng = np.random.default_rng(0)
     n, c, _, _ = case.shape
     oh, ow = _out_hw(case)
-    x = torch.from_numpy(rng.standard_normal(case.shape, dtype=np.float32)).to(where)
-    grad = torch.from_numpy(rng.standard_normal((n, c, oh, ow), dtype=np.float32)).to(where)
+    x = torch.from_numpy(rng.standard_normal(case.shape).astype(case.dtype)).to(where)
+    grad = torch.from_numpy(rng.standard_normal((n, c, oh, ow)).astype(case.dtype)).to(where)
     t = dict(x=x, grad_output=grad)
     if case.op == "max_pool2d_with_indices_backward":
         p = case.params
@@ -307,7 +311,8 @@ def run(
     for case in cases:
         t = time_clpool(case, rt, loops, min_time)
         nbytes = t["bytes"]
-        row = dict(op=case.op, shape=list(case.shape), params=case.label, args=case.params, **t)
+        row = dict(op=case.op, shape=list(case.shape), params=case.label, args=case.params)
+        row.update(dtype=case.dtype, **t)
         row["wall_gbps"] = nbytes / t["wall_us"] / 1e3
         row["kernel_gbps"] = nbytes / t["kernel_us"] / 1e3
         row["kernel_fraction"] = row["kernel_gbps"] / copy_gbps

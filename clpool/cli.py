@@ -7,9 +7,10 @@ import sys
 from dataclasses import asdict
 
 import click
+import numpy as np
 import pyopencl as cl
 
-from . import __version__, discovery, programs, verify
+from . import __version__, discovery, plans, programs, verify
 from .errors import KernelError, PoolError, reporting
 
 
@@ -85,8 +86,6 @@ def check(device_spec: str | None, dtype: str, as_json: bool) -> None:
 
     Exits 1 on any mismatch or a device clpool refuses, 2 for a device that does not
     exist or a dtype the device lacks."""
-    import numpy as np
-
     from . import check as checker
 
     try:
@@ -130,6 +129,13 @@ def check(device_spec: str | None, dtype: str, as_json: bool) -> None:
     show_default=True,
     help="Seconds each timed loop of back-to-back calls runs at least.",
 )
+@click.option(
+    "--dtype",
+    type=click.Choice(["float32", "float16", "float64"]),
+    default="float32",
+    show_default=True,
+    help="The inputs' dtype.",
+)
 @click.option("--no-torch", is_flag=True, help="Do not time PyTorch beside clpool.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def bench(
@@ -138,6 +144,7 @@ def bench(
     shape: str | None,
     repeats: int,
     min_time: float,
+    dtype: str,
     no_torch: bool,
     as_json: bool,
 ) -> None:
@@ -159,7 +166,11 @@ def bench(
         raise click.BadParameter("--repeats and --min-time must be positive")
     rt = discovery.runtime(_device_or_exit(device_spec, "bench"))
     cpu = not rt.device.type & cl.device_type.GPU
-    cases = harness.default_cases(cpu, op_names or harness.OPS, dims)
+    problem = plans.dtype_problem(np.dtype(dtype), rt.device)
+    if problem:
+        click.echo(f"bench: {problem}", err=True)
+        sys.exit(2)
+    cases = harness.default_cases(cpu, op_names or harness.OPS, dims, dtype)
     with click.progressbar(length=len(cases) + 2, label="bench", file=sys.stderr) as bar:
         report = harness.report(
             rt, cases, repeats, not no_torch, min_time, progress=lambda _: bar.update(1)
@@ -194,10 +205,11 @@ def _bench_text(report: dict) -> str:
     torch_where = f"{rows[0]['torch']} " if rows and "torch" in rows[0] else ""
     if rows and "torch_threads" in rows[0]:
         torch_where += f"{rows[0]['torch_threads']} threads "
-    headers = ["op", "shape", "params", "wall us", "kernel us", f"torch {torch_where}wall us"]
+    headers = ["op", "shape", "params", "dtype", "wall us", "kernel us"]
+    headers += [f"torch {torch_where}wall us"]
     headers += ["speedup (wall)", "wall GB/s", "kernel GB/s", "kernel of copy"]
     table = [
-        [r["op"], "x".join(map(str, r["shape"])), r["params"]]
+        [r["op"], "x".join(map(str, r["shape"])), r["params"], r["dtype"]]
         + [f"{r['wall_us']:.1f}", f"{r['kernel_us']:.1f}"]
         + [f"{r['torch_wall_us']:.1f}" if "torch_wall_us" in r else "-"]
         + [f"{r['speedup']:.2f}x" if "speedup" in r else "-"]

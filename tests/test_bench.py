@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -96,6 +97,17 @@ def test_bench_table_labels_wall_and_kernel_columns(device):
 def test_bench_refuses_bad_options(args):
     result = invoke(*args)
     assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_bench_dtype_option(device):
+    dtype = "float64" if discovery.has_fp64(device) else "float32"
+    result = invoke("--shape", "1,1,8,8", "--op", "avg_pool2d", "--dtype", dtype, "--json", *FAST)
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)["rows"]
+    assert row["dtype"] == dtype and row["bytes"] == np.dtype(dtype).itemsize * (64 + 16)
+    if not discovery.has_fp16(device):
+        result = invoke("--shape", "1,1,8,8", "--dtype", "float16", *FAST)
+        assert result.exit_code == 2 and "fp16" in result.output
 
 
 def test_report_from_python(device):
