@@ -14,6 +14,7 @@ import numpy as np
 import pyopencl as cl
 
 from .errors import PoolArgumentError, Problem
+from .shapes import MAX_TILE
 
 # (rows, columns) each work-item handles, by device kind and kernel: the fastest in sweeps
 # of clpool bench on the H200 and on this project's 2-core CPU (BENCHMARKS.md).
@@ -43,8 +44,6 @@ TILES = {
         "adaptive_avg_pool2d_backward equal": (8, 1),
     },
 }
-# A work-item's rows or columns; shapes.MAX_TILE keeps window positions in 32 bits for it.
-MAX_TILE = 64
 
 
 @dataclass(frozen=True)
@@ -98,6 +97,7 @@ class Policy:
         stride is 1)."""
         table = self.tiles["GPU" if self.on_gpu(device) else "CPU"]
         rows, cols = table.get(f"{kernel} s1" if stride1 else kernel) or table.get(kernel, (1, 1))
+        # at most shapes.MAX_TILE: the window checks keep positions in 32 bits for it
         return min(self.rows or rows, MAX_TILE), min(self.cols or cols, MAX_TILE)
 
 

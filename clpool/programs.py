@@ -67,9 +67,13 @@ class Program(Mapping):
                 self._made[name] = cl.Kernel(self.program, name)
             return self._made[name]
 
+    def __contains__(self, name: object) -> bool:
+        return name in self.names  # without making the kernel, as Mapping's would
+
     def instance(self, name: str) -> cl.Kernel:
         """A new kernel `name` of this program, whose arguments no one else sets."""
-        self[name]  # a KeyError for a name the program lacks
+        if name not in self.names:
+            raise KeyError(name)
         return cl.Kernel(self.program, name)
 
     def __iter__(self) -> Iterator[str]:
@@ -127,17 +131,14 @@ def kernel(
     """Kernel `kernel` of program `name` built with `options` on `context`; with `own`, an
     instance of its own (to set its arguments once)."""
     program = kernels(context, name, options)
-    found = program.get(kernel)
-    if found is not None and own:
-        found = program.instance(kernel)
-    if found is None:
+    if kernel not in program:
         raise Problem(
             KernelError,
             f"building {name} gave no kernel {kernel} (the driver's "
             "build failed silently, or its cache holds a failed build)",
             options=" ".join(options),
         )
-    return found
+    return program.instance(kernel) if own else program[kernel]
 
 
 def forget() -> None:
