@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import warnings
 from dataclasses import asdict
 
 import click
@@ -28,9 +30,15 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 @click.group()
 @click.version_option(__version__, prog_name="clpool")
-def main() -> None:
+@click.option("-v", "--verbose", is_flag=True, help="Show OpenCL compilers' warnings.")
+def main(verbose: bool) -> None:
     """clpool: PyTorch's 2-D pooling ops as OpenCL kernels, on any OpenCL device."""
     programs.announce = lambda what: click.echo(f"{what} (first use; cached after)", err=True)
+    if verbose:
+        os.environ["PYOPENCL_COMPILER_OUTPUT"] = "1"
+        programs.quiet = False
+    else:  # PyOpenCL's own kernels too (bench's `x * 2`)
+        warnings.filterwarnings("ignore", category=cl.CompilerWarning)
 
 
 @main.command()

@@ -91,6 +91,8 @@ _lock = threading.Lock()  # guards _building, the counter and the warning flag
 builds = 0  # how many programs this process has built, for tests and the cold-start report
 # Told about a build still running after a second (the command line says so on stderr).
 announce: Callable[[str], None] | None = None
+# Whether compilers' warnings on clpool's kernels are hidden (`clpool -v` shows them).
+quiet = True
 _uncached_said = False
 
 
@@ -150,7 +152,7 @@ def _compile(context: cl.Context, text: str, flags: list[str]) -> cl.Program:
     """Build `text` with `flags`, without PyOpenCL's compiler cache where its folder is
     not writable (PyOpenCL then trips over its own error report)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", cl.CompilerWarning)
+        warnings.simplefilter("ignore" if quiet else "always", cl.CompilerWarning)
         try:
             return cl.Program(context, text).build(options=flags)
         except KeyError as e:

@@ -149,3 +149,19 @@ def test_python_m_clpool_check_without_traceback(pocl_device):
     assert "Traceback" not in proc.stderr
     assert "kernel failed (device=" in proc.stderr
     assert clpool.PoolError.__name__ not in proc.stderr  # the message, not a repr
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_compiler_warnings_only_with_verbose(verbose):
+    """PyOpenCL's CompilerWarning (clpool's builds and PyOpenCL's own, as bench's `x * 2`)
+    reaches the terminal only under `clpool -v`."""
+    script = (
+        "import sys, warnings, pyopencl as cl\n"
+        "from clpool import cli\n"
+        "cli.main.command('warn')(lambda: warnings.warn('compiler noise', cl.CompilerWarning))\n"
+        "cli.main(sys.argv[1:])\n"
+    )
+    args = [sys.executable, "-c", script, *(["-v"] if verbose else []), "warn"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert ("compiler noise" in done.stderr) == verbose
