@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -146,6 +147,12 @@ def check(device_spec: str | None, dtype: str, as_json: bool) -> None:
 )
 @click.option("--no-torch", is_flag=True, help="Do not time PyTorch beside clpool.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Also draw GB/s per op against the copy bandwidth into this PNG (extra: plot).",
+)
 def bench(
     device_spec: str | None,
     op_names: tuple[str, ...],
@@ -155,6 +162,7 @@ def bench(
     dtype: str,
     no_torch: bool,
     as_json: bool,
+    plot_path: str | None,
 ) -> None:
     """Time each op side by side: clpool's wall time per call back to back, its kernel
     time from OpenCL profiling events, and PyTorch's wall time timed the same way; plus
@@ -172,6 +180,8 @@ def bench(
         raise click.BadParameter(f"--shape wants four positive sizes N,C,H,W, got {shape!r}")
     if repeats < 1 or min_time <= 0:
         raise click.BadParameter("--repeats and --min-time must be positive")
+    if plot_path and importlib.util.find_spec("matplotlib") is None:
+        raise click.UsageError("--plot needs matplotlib: pip install 'clpool[plot]'")
     rt = discovery.runtime(_device_or_exit(device_spec, "bench"))
     cpu = not rt.device.type & cl.device_type.GPU
     problem = plans.dtype_problem(np.dtype(dtype), rt.device)
@@ -187,6 +197,11 @@ def bench(
         click.echo(json.dumps(report, indent=2))
     else:
         click.echo(_bench_text(report))
+    if plot_path:
+        from .plot import draw
+
+        draw(report, plot_path)
+        click.echo(f"plot written to {plot_path}", err=True)
 
 
 def _bench_text(report: dict) -> str:

@@ -128,3 +128,29 @@ def test_wall_us_calls_back_to_back_between_finishes():
     assert 1 <= n <= bench.MAX_CALLS and us > 0
     # the last three loops and the untimed one before them: n calls between two finishes
     assert finishes[-8:] == [len(calls) - 4 * n + i // 2 * n for i in range(1, 9)]
+
+
+def test_bench_plot_draws_a_panel_per_op(device, tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "bench.png"
+    args = ["--op", "max_pool2d", "--op", "avg_pool2d", "--shape", "1,2,8,8", "--no-torch"]
+    result = invoke(*args, "--plot", str(path), *FAST)
+    assert result.exit_code == 0, result.output
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    assert (width, height) == (9 * 120, round(2 * 2.6 * 120))  # two panels, 120 dpi
+
+
+def test_bench_plot_without_matplotlib_is_a_usage_error(monkeypatch, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "matplotlib" else real(name, *a),
+    )
+    result = invoke("--plot", str(tmp_path / "x.png"), "--shape", "1,1,4,4")
+    assert result.exit_code == 2 and "clpool[plot]" in result.output
+    assert not (tmp_path / "x.png").exists()
