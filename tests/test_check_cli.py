@@ -33,7 +33,7 @@ def test_check_passes_on_the_suite_device(device):
     for dtype in _dtypes(device):
         result = invoke("--dtype", dtype)
         assert result.exit_code == 0, result.output
-        lines = result.output.splitlines()
+        lines = result.stdout.splitlines()  # build notices go to stderr
         assert device.name.strip() in lines[0]
         for op in OPS:
             row = next(line for line in lines if line.split()[:1] == [op])
@@ -45,7 +45,7 @@ def test_check_default_dtype_and_device_option(device):
     index = discovery.cl_devices().index(device)
     result = invoke("--device", str(index))
     assert result.exit_code == 0, result.output
-    rows = [line.split() for line in result.output.splitlines()[3:10]]
+    rows = [line.split() for line in result.stdout.splitlines()[3:10]]
     assert [r[0] for r in rows] == OPS and {r[1] for r in rows} == {"float32"}
 
 
