@@ -318,6 +318,7 @@ def run(
             if threads is not None:
                 row["torch_threads"] = threads
             row["torch_wall_us"] = time_torch(case, where, loops, min_time)
+            row["torch_wall_gbps"] = nbytes / row["torch_wall_us"] / 1e3
             row["speedup"] = row["torch_wall_us"] / t["wall_us"]
         yield row
 

@@ -24,9 +24,8 @@ def draw(report: dict[str, Any], path: str) -> None:
             "clpool wall": [r["wall_gbps"] for r in mine],
             "clpool kernel": [r["kernel_gbps"] for r in mine],
         }
-        if all("torch_wall_us" in r for r in mine):
-            name = f"PyTorch {mine[0]['torch']} wall"
-            bars[name] = [r["bytes"] / r["torch_wall_us"] / 1e3 for r in mine]
+        if all("torch_wall_gbps" in r for r in mine):
+            bars[f"PyTorch {mine[0]['torch']} wall"] = [r["torch_wall_gbps"] for r in mine]
         width = 0.8 / len(bars)
         for i, (name, values) in enumerate(bars.items()):
             ax.bar([x + i * width for x in range(len(mine))], values, width, label=name)

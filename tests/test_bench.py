@@ -15,7 +15,7 @@ from clpool.cli import main
 
 ROW_KEYS = {"op", "shape", "params", "wall_us", "kernel_us", "calls", "bytes"}
 ROW_KEYS |= {"wall_gbps", "kernel_gbps", "kernel_fraction"}
-TORCH_KEYS = {"torch", "torch_wall_us", "speedup"}
+TORCH_KEYS = {"torch", "torch_wall_us", "torch_wall_gbps", "speedup"}
 HOST_KEYS = {"shape", "wall_us", "kernel_us", "pyopencl_mul_us", "bare_enqueue_us"}
 HOST_KEYS |= {"ratio_to_mul"}
 STREAM_KEYS = {"op", "shape", "params", "wall_us", "kernel_us", "calls", "wall_over_kernel"}
@@ -48,6 +48,7 @@ def _check_report(report: dict, device, ops: list[str], shape: list[int]) -> Non
         else:
             assert row["torch"] == torch_where and row["torch_wall_us"] > 0
             assert row["speedup"] == row["torch_wall_us"] / row["wall_us"]
+            assert row["torch_wall_gbps"] == row["bytes"] / row["torch_wall_us"] / 1e3
             assert ("torch_threads" in row) == (torch_where == "cpu")
         assert row["kernel_fraction"] == row["kernel_gbps"] / report["copy_gbps"]
     host, stream = report["host"], report["stream"]
