@@ -18,37 +18,56 @@ def _bad(reason: str) -> Problem:
     return Problem(PoolArgumentError, reason)
 
 
-def pair(value: object, name: str, *, allow_none: bool = False) -> tuple:
-    """An int or a pair of ints (h, w) as a pair; None entries only where allowed."""
-    items = list(value) if isinstance(value, (tuple, list)) else [value, value]
+def sizes(value: object, name: str, n: int, *, allow_none: bool = False) -> tuple:
+    """An int or a tuple of `n` ints (one per spatial axis) as a tuple of `n`; a tuple of
+    one int stands for all `n`; None entries only where allowed."""
+    what = "an int or a pair of ints" if n == 2 else f"an int or a tuple of {n} ints"
+    items = list(value) if isinstance(value, (tuple, list)) else [value] * n
     if len(items) == 1:
-        items = items * 2
-    if len(items) != 2:
-        raise _bad(f"{name} must be an int or a pair of ints, got {value!r}")
+        items = items * n
+    if len(items) != n:
+        raise _bad(f"{name} must be {what}, got {value!r}")
     out = []
     for v in items:
         if v is None and allow_none:
             out.append(None)
             continue
         if isinstance(v, bool):
-            raise _bad(f"{name} must be an int or a pair of ints, got {value!r}")
+            raise _bad(f"{name} must be {what}, got {value!r}")
         try:
             v = operator.index(v)
         except TypeError:
-            raise _bad(f"{name} must be an int or a pair of ints, got {value!r}") from None
+            raise _bad(f"{name} must be {what}, got {value!r}") from None
         if not -(2**31) <= v < 2**31:
             raise _bad(f"{name} must fit in 32 bits, got {value!r}")
         out.append(v)
     return tuple(out)
 
 
+def pair(value: object, name: str, *, allow_none: bool = False) -> tuple:
+    """An int or a pair of ints (h, w) as a pair; None entries only where allowed."""
+    return sizes(value, name, 2, allow_none=allow_none)
+
+
+def split_batch_nd(shape: tuple[int, ...], spatial: int) -> tuple[int, ...]:
+    """(N, C, *spatial sizes) of a batched input, or of an unbatched (C, *sizes) one seen
+    as N = 1, for an op over `spatial` axes (1, 2 or 3)."""
+    names = ("L",) if spatial == 1 else ("D", "H", "W")[3 - spatial :]
+    axes = ", ".join(names)
+    if len(shape) not in (spatial + 1, spatial + 2):
+        raise _bad(
+            f"expected a {spatial + 1}-D (C, {axes}) or {spatial + 2}-D (N, C, {axes}) input, "
+            f"got shape {shape}"
+        )
+    full = tuple(shape) if len(shape) == spatial + 2 else (1, *shape)
+    if 0 in full[1:]:
+        raise _bad(f"input dimensions other than the batch must be non-zero, got shape {shape}")
+    return full
+
+
 def split_batch(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
     """(N, C, H, W) of a 4-D input, or of a 3-D (C, H, W) input seen as N = 1."""
-    if len(shape) not in (3, 4):
-        raise _bad(f"expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape {shape}")
-    n, c, h, w = shape if len(shape) == 4 else (1, *shape)
-    if c == 0 or h == 0 or w == 0:
-        raise _bad(f"input dimensions other than the batch must be non-zero, got shape {shape}")
+    n, c, h, w = split_batch_nd(shape, 2)
     return n, c, h, w
 
 
@@ -146,10 +165,11 @@ def window(
     )
 
 
-def adaptive_output(hw: tuple[int, int], output_size: object) -> tuple[int, int]:
-    """The (OH, OW) of adaptive pooling; None keeps that input size."""
-    size = pair(output_size, "output_size", allow_none=True)
-    out = tuple(hw[a] if size[a] is None else size[a] for a in range(2))
+def adaptive_output(spatial: tuple[int, ...], output_size: object) -> tuple[int, ...]:
+    """The output sizes of adaptive pooling over the input's `spatial` sizes; None keeps
+    that input size."""
+    size = sizes(output_size, "output_size", len(spatial), allow_none=True)
+    out = tuple(spatial[a] if size[a] is None else size[a] for a in range(len(spatial)))
     if min(out) < 0:
         raise _bad(f"output_size must be non-negative, got {output_size!r}")
     return out
