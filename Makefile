@@ -34,8 +34,11 @@ check: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/clpool bench
 
+# mypy --strict (pyproject.toml's [tool.mypy]) on the package; the tests are not typed.
 lint: $(STAMP)
 	$(BIN)/ruff check clpool tests scripts
+	$(BIN)/ruff format --check clpool
+	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist .pytest_cache .ruff_cache .mypy_cache

@@ -3,22 +3,32 @@ OpenCL C features (never from half_fp_config, which NVIDIA and Oclgrind refuse).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypeVar
+
 import pyopencl as cl
 
 from . import policy
 
+if TYPE_CHECKING:
+    from pyopencl._cl import NameVersion
 
-def query(device: cl.Device, attr: str, default):
+T = TypeVar("T")
+
+
+def query(device: cl.Device, attr: str, default: T) -> T:
+    """Attribute `attr` of `device`, or `default` where the driver does not answer."""
     try:
-        return getattr(device, attr)
+        value: T = getattr(device, attr)
+        return value
     except (cl.Error, AttributeError):
         return default
 
 
 def _features(device: cl.Device) -> set[str]:
     names = set(query(device, "extensions", "").split())
-    for feature in query(device, "opencl_c_features", []) or []:
-        names.add(feature.name)
+    features: Sequence[NameVersion] = query(device, "opencl_c_features", []) or []
+    names.update(feature.name for feature in features)
     return names
 
 

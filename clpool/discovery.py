@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
+from typing import TypeVar
 
 import pyopencl as cl
 
@@ -13,6 +15,7 @@ from . import icd, verify
 from .capabilities import has_fp16, has_fp64, query
 from .errors import KernelError, PoolArgumentError, PoolError, Problem
 
+Named = TypeVar("Named", cl.Device, cl.Platform)
 TYPE_NAMES = (
     (cl.device_type.GPU, "GPU"),
     (cl.device_type.CPU, "CPU"),
@@ -41,7 +44,7 @@ class DeviceInfo:
     reason: str  # why it failed, else ""
     default: bool  # the device clpool chooses when told nothing
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -116,7 +119,7 @@ def _bad(reason: str) -> Problem:
     return Problem(PoolArgumentError, reason)
 
 
-def _pick(spec: str, items: list, what: str, label=lambda item: item.name):
+def _pick(spec: str, items: Sequence[Named], what: str) -> Named:
     """The item of `items` named by `spec`: an index, or a case-insensitive piece of its
     name."""
     if spec.isdecimal() and spec.isascii():
@@ -125,7 +128,7 @@ def _pick(spec: str, items: list, what: str, label=lambda item: item.name):
             return items[i]
         raise _bad(f"{what} index {i} out of range (0..{len(items) - 1})")
     for item in items:
-        if spec.lower() in label(item).lower():
+        if spec.lower() in item.name.lower():
             return item
     raise _bad(f"no OpenCL {what} matches {spec!r}")
 
@@ -187,6 +190,7 @@ def choose(spec: object = None) -> cl.Device:
     CLPOOL_DEVICE names (same forms); else PYOPENCL_CTX, in PyOpenCL's meaning; else the
     first verified GPU, else the first verified CPU. A device whose canary failed is never
     chosen by default; one named is returned as it is (see require)."""
+    device: cl.Device | None
     if spec is not None:
         device = _match(spec, "device")
     elif (env := _env("CLPOOL_DEVICE")) is not None:

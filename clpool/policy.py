@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 import pyopencl as cl
@@ -130,7 +131,7 @@ def from_env() -> Policy:
 
 _current: Policy | None = None
 _lock = threading.Lock()
-_listeners: list = []  # called with no arguments whenever the policy changes
+_listeners: list[Callable[[], None]] = []  # called with no arguments whenever the policy changes
 
 
 def current() -> Policy:
@@ -143,7 +144,7 @@ def current() -> Policy:
     return _current
 
 
-def on_change(listener) -> None:
+def on_change(listener: Callable[[], None]) -> None:
     """Call `listener()` whenever the policy changes (caches built under the old one)."""
     _listeners.append(listener)
 
@@ -158,7 +159,7 @@ def set_policy(policy: Policy | None) -> None:
 
 
 @contextmanager
-def use(policy: Policy | None = None, **changes: object) -> Iterator[Policy]:
+def use(policy: Policy | None = None, **changes: Any) -> Iterator[Policy]:
     """Run the block under `policy` (default: the current one) with `changes` applied."""
     before = _current
     chosen = replace(policy or current(), **changes)

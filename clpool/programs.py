@@ -46,7 +46,7 @@ def include_options() -> tuple[str, ...]:
     return ("-I", f'"{folder}"' if " " in folder else folder)
 
 
-class Program(Mapping):
+class Program(Mapping[str, cl.Kernel]):
     """A built program: its kernels by name, each made when first asked for. (Making all
     of them at once with clCreateKernelsInProgram costs PoCL 1.45 MiB per context that
     it never gives back.)"""
@@ -54,9 +54,9 @@ class Program(Mapping):
     def __init__(self, program: cl.Program) -> None:
         _import_invoker()
         self.program = program
-        names = program.get_info(cl.program_info.KERNEL_NAMES)
+        names = str(program.get_info(cl.program_info.KERNEL_NAMES))
         self.names = tuple(name for name in names.split(";") if name)
-        self._made: Program = {}
+        self._made: dict[str, cl.Kernel] = {}
         self._lock = threading.Lock()
 
     def __getitem__(self, name: str) -> cl.Kernel:
@@ -86,7 +86,8 @@ class Program(Mapping):
 # context -> (source, options) -> Program, for at most policy.contexts_kept contexts and
 # policy.programs_kept programs each: a program keeps its context alive.
 _programs: LRU[LRU[Program]] = LRU(lambda: policy.current().contexts_kept)
-_building: dict[tuple, threading.Lock] = {}  # one lock per program being built
+# one lock per program being built: (context, source, options) -> lock
+_building: dict[tuple[int, str, tuple[str, ...]], threading.Lock] = {}
 _lock = threading.Lock()  # guards _building, the counter and the warning flag
 builds = 0  # how many programs this process has built, for tests and the cold-start report
 # Told about a build still running after a second (the command line says so on stderr).
@@ -154,12 +155,13 @@ def _compile(context: cl.Context, text: str, flags: list[str]) -> cl.Program:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore" if quiet else "always", cl.CompilerWarning)
         try:
-            return cl.Program(context, text).build(options=flags)
+            built: cl.Program = cl.Program(context, text).build(options=flags)
         except KeyError as e:
             if e.args != ("PYOPENCL_CACHE_FAILURE_FATAL",):
                 raise
             _say_uncached()
-            return cl.Program(cl._cl._Program(context, text)).build(options=flags)
+            built = cl.Program(cl._cl._Program(context, text)).build(options=flags)
+        return built
 
 
 def _build(context: cl.Context, name: str, text: str, options: tuple[str, ...]) -> Program:

@@ -41,9 +41,9 @@ class Verdict:
     lasting: bool = True  # False: about this process, not the device (never stored)
 
 
-def _text(device: cl.Device, attr: str) -> str:
+def _text(of: cl.Device | cl.Platform, attr: str) -> str:
     try:
-        return str(getattr(device, attr)).strip()
+        return str(getattr(of, attr)).strip()
     except (cl.Error, AttributeError):
         return ""
 
@@ -95,7 +95,7 @@ _memory: dict[str, Verdict] = {}  # this process's verdicts, read or found
 _lock = threading.Lock()  # one canary at a time
 
 
-def _load() -> dict[str, dict]:
+def _load() -> dict[str, dict[str, object]]:
     try:
         found = json.loads(cache_file().read_text())
     except (OSError, ValueError):
@@ -132,7 +132,7 @@ def cached(device: cl.Device) -> Verdict:
         return found
     entry = _load().get(name)
     if isinstance(entry, dict) and entry.get("status") in (VERIFIED, FAILED):
-        found = _memory[name] = Verdict(entry["status"], str(entry.get("reason", "")))
+        found = _memory[name] = Verdict(str(entry["status"]), str(entry.get("reason", "")))
         return found
     return Verdict(UNVERIFIED)
 
@@ -186,7 +186,7 @@ def _run_canary(device: cl.Device, index: int) -> Verdict:
     return next((v for v in verdicts if v.status == FAILED), Verdict(VERIFIED))
 
 
-def _outcome(child: subprocess.Popen) -> Verdict:
+def _outcome(child: subprocess.Popen[str]) -> Verdict:
     """The verdict of one canary process, waited for."""
     try:
         stdout, stderr = child.communicate(timeout=CANARY_TIMEOUT_S)
