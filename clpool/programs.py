@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import sys
 import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from functools import cache
 from pathlib import Path
 
@@ -92,7 +94,8 @@ _lock = threading.Lock()  # guards _building, the counter and the warning flag
 builds = 0  # how many programs this process has built, for tests and the cold-start report
 # Told about a build still running after a second (the command line says so on stderr).
 announce: Callable[[str], None] | None = None
-# Whether compilers' warnings on clpool's kernels are hidden (`clpool -v` shows them).
+# Whether compilers' warnings on clpool's kernels are hidden, those PyOpenCL raises and
+# those the compiler writes to the process's stderr (`clpool -v` shows them).
 quiet = True
 _uncached_said = False
 
@@ -106,7 +109,8 @@ def _context_programs(context: cl.Context) -> LRU[Program]:
 
 def kernels(context: cl.Context, name: str, options: tuple[str, ...]) -> Program:
     """The kernels of `name` built with `options` on `context`, built on first use. A build
-    blocks only callers that want the same program."""
+    blocks only callers that want the same program (and, while `quiet`, other builds: each
+    captures the process's stderr)."""
     global builds
     held = _context_programs(context)
     found = held.get((name, options))
@@ -167,17 +171,20 @@ def _compile(context: cl.Context, text: str, flags: list[str]) -> cl.Program:
 def _build(context: cl.Context, name: str, text: str, options: tuple[str, ...]) -> Program:
     timer = None
     if announce is not None:
-        timer = threading.Timer(1.0, announce, [f"building {name} {' '.join(options)}"])
+        said = f"building {name} {' '.join(options)}"
+        timer = threading.Timer(1.0, _announce_through, [announce, said])
         timer.daemon = True
         timer.start()
+    captured: list[str] = []
     try:
-        program = _compile(context, text, [*options, *include_options()])
+        with _captured_stderr(captured) if quiet else nullcontext():
+            program = _compile(context, text, [*options, *include_options()])
     except cl.Error as e:
         # PyOpenCL puts the build log of every device into the message.
         raise Problem(
             KernelError,
             f"building {name} with {' '.join(options) or 'no options'} failed: {e}",
-            log=str(e),
+            log="\n".join([str(e), *filter(None, captured)]),
             options=" ".join(options),
         ) from e
     finally:
@@ -191,6 +198,68 @@ def _build(context: cl.Context, name: str, text: str, options: tuple[str, ...]) 
             options=" ".join(options),
         )
     return found
+
+
+# clang's count of its diagnostics, which PoCL lets it write to file descriptor 2
+_CLANG_COUNT = re.compile(r"\d+ (warning|error)s?( and \d+ (warning|error)s?)? generated\.")
+_capturing = threading.Lock()  # one quiet build at a time: file descriptor 2 is the process's
+_swapping = threading.Lock()  # guards file descriptor 2 and _real_stderr
+_real_stderr = -1  # the process's stderr (a duplicate) while a quiet build captures fd 2
+
+
+def _flush_stderr() -> None:
+    if sys.stderr is not None:
+        sys.stderr.flush()
+
+
+@contextmanager
+def _captured_stderr(into: list[str]) -> Iterator[None]:
+    """Send file descriptor 2 to a temporary file for the block (PoCL's clang writes
+    "N warnings generated." there, outside Python), then append what reached it to `into`
+    and write all but clang's counts to stderr (other threads' output, drivers' messages)."""
+    global _real_stderr
+    try:
+        os.fstat(2)
+    except OSError:  # no stderr at all: nothing to hide
+        yield
+        return
+    with _capturing, tempfile.TemporaryFile() as file:
+        with _swapping:
+            _flush_stderr()
+            _real_stderr = os.dup(2)
+            os.dup2(file.fileno(), 2)
+        try:
+            yield
+        finally:
+            with _swapping:
+                _flush_stderr()
+                os.dup2(_real_stderr, 2)
+                os.close(_real_stderr)
+                _real_stderr = -1
+            file.seek(0)
+            text = file.read().decode(errors="replace")
+            into.append(text)
+            lines = text.splitlines(keepends=True)
+            others = "".join(line for line in lines if not _CLANG_COUNT.fullmatch(line.strip()))
+            if others:
+                os.write(2, others.encode())
+
+
+def _announce_through(say: Callable[[str], None], text: str) -> None:
+    """`say(text)` on the process's stderr, also while a quiet build captures fd 2."""
+    with _swapping:
+        if _real_stderr < 0:
+            say(text)
+            return
+        _flush_stderr()
+        captured = os.dup(2)
+        os.dup2(_real_stderr, 2)
+        try:
+            say(text)
+            _flush_stderr()
+        finally:
+            os.dup2(captured, 2)
+            os.close(captured)
 
 
 def _say_uncached() -> None:
