@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -72,10 +73,17 @@ def test_wheel_ships_every_kernel_source_inside_the_package(wheel):
                    "ops.py", "programs.py"):
         assert f"clpool/{module}" in names
     assert "clpool/py.typed" in names  # type hints for users' checkers
+    assert "clpool/types.py" in names  # the ops' argument types (Size, Tensor)
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(names)
     assert not any(n.startswith(("tests/", "kernels_cl/")) for n in names), sorted(names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "clpool = clpool.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    text = zipfile.ZipFile(wheel).read(metadata).decode()
+    assert "Project-URL: Source, https://github.com/clpool/clpool\n" in text, text
+    kept = (ROOT / "clpool" / "_version.py").read_text()  # the version's one source
+    version = re.search(r'^__version__ = "(.+)"$', kept, re.M)[1]
+    assert f"\nVersion: {version}\n" in text, text
 
 
 def test_installed_wheel_finds_its_kernels_and_runs(wheel, device, tmp_path):
