@@ -177,7 +177,8 @@ def _build(context: cl.Context, name: str, text: str, options: tuple[str, ...]) 
         timer.start()
     captured: list[str] = []
     try:
-        with _captured_stderr(captured) if quiet else nullcontext():
+        capture = quiet and PARENT_READS_STDERR not in os.environ
+        with _captured_stderr(captured) if capture else nullcontext():
             program = _compile(context, text, [*options, *include_options()])
     except cl.Error as e:
         # PyOpenCL puts the build log of every device into the message.
@@ -201,7 +202,10 @@ def _build(context: cl.Context, name: str, text: str, options: tuple[str, ...]) 
 
 
 # clang's count of its diagnostics, which PoCL lets it write to file descriptor 2
-_CLANG_COUNT = re.compile(r"\d+ (warning|error)s?( and \d+ (warning|error)s?)? generated\.")
+CLANG_COUNT = re.compile(r"\d+ (warning|error)s?( and \d+ (warning|error)s?)? generated\.")
+# Set in a child whose parent reads its stderr (verify's canaries): its builds leave fd 2
+# alone, as a compiler that crashes takes along what was captured.
+PARENT_READS_STDERR = "CLPOOL_PARENT_READS_STDERR"
 _capturing = threading.Lock()  # one quiet build at a time: file descriptor 2 is the process's
 _swapping = threading.Lock()  # guards file descriptor 2 and _real_stderr
 _real_stderr = -1  # the process's stderr (a duplicate) while a quiet build captures fd 2
@@ -240,7 +244,7 @@ def _captured_stderr(into: list[str]) -> Iterator[None]:
             text = file.read().decode(errors="replace")
             into.append(text)
             lines = text.splitlines(keepends=True)
-            others = "".join(line for line in lines if not _CLANG_COUNT.fullmatch(line.strip()))
+            others = "".join(line for line in lines if not CLANG_COUNT.fullmatch(line.strip()))
             if others:
                 os.write(2, others.encode())
 

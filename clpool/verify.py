@@ -176,6 +176,7 @@ def _run_canary(device: cl.Device, index: int) -> Verdict:
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
+                    env={**os.environ, programs.PARENT_READS_STDERR: "1"},
                     text=True,
                     errors="replace",
                 )
@@ -199,7 +200,9 @@ def _outcome(child: subprocess.Popen[str]) -> Verdict:
     if child.returncode == MISMATCH:
         return Verdict(FAILED, f"the canary's process saw another device: {stderr.strip()}", False)
     stage = _last_stage(stdout)
-    tail = " / ".join(line.strip() for line in stderr.strip().splitlines()[-3:])
+    said = [line.strip() for line in stderr.splitlines()]
+    said = [line for line in said if line and not programs.CLANG_COUNT.fullmatch(line)]
+    tail = " / ".join(said[-3:])
     if child.returncode < 0:
         why = f"the driver crashed ({_signal_name(-child.returncode)}) at {stage}"
     else:

@@ -16,7 +16,7 @@ import pyopencl as cl
 import pytest
 
 import clpool
-from clpool import _version, discovery, errors, programs
+from clpool import _version, discovery, errors, programs, verify
 from clpool.errors import KernelError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,7 +212,33 @@ def test_clpool_shows_pocls_compiler_stderr_only_with_verbose(device, tmp_path, 
     run = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout == "built\n"
-    if not verbose:
-        assert run.stderr == ""
+    said = [line for line in run.stderr.splitlines() if not line.startswith("building warns.cl")]
+    if not verbose:  # nothing but the announcement of a build that took a second
+        assert said == [], run.stderr
     elif "Portable Computing Language" in device.platform.name:
         assert "1 warning generated." in run.stderr
+
+
+LLVM_FAILS = textwrap.dedent("""
+    import os, sys
+    import pyopencl as cl
+    from clpool import discovery, programs
+
+    def compile(*args):  # as LLVM's fatal errors: a message on fd 2, then exit
+        os.write(2, b"1 warning generated.\\nLLVM ERROR: Do not know how to scalarize\\n")
+        os._exit(1)
+
+    programs._compile = compile
+    programs.kernels(cl.Context([discovery.cl_devices()[int(sys.argv[1])]]), "max_pool.cl", ())
+""")
+
+
+def test_a_canarys_builds_leave_its_stderr_to_the_verdict(device, monkeypatch):
+    """A compiler that dies mid-build takes along what a capture held: the canary's
+    builds write to its stderr, which the verdict quotes, without clang's counts."""
+    monkeypatch.setattr(verify, "CANARY", ("-c", LLVM_FAILS))
+    verdict = verify._run_canary(device, discovery.cl_devices().index(device))
+    assert verdict.status == verify.FAILED
+    assert (
+        verdict.reason == "the canary failed at start-up: LLVM ERROR: Do not know how to scalarize"
+    )
