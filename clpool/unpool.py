@@ -152,9 +152,9 @@ def _unpool(spatial: int, input, indices, window: tuple, device, queue, out) -> 
         arrays, like = adopt.inputs((input, indices))
         x, idx = map(_host, arrays)
         where.dtype = x.dtype
-        out_shape, planes, _, op = _geometry(x, idx, spatial, window)
         q = _queue(device, queue, out, arrays)
         where.device = q.device.name.strip()
+        out_shape, planes, _, op = _geometry(x, idx, spatial, window)
         work = planes and op and x.size
         if work and not isinstance(idx, cla.Array):
             bad = (idx < 0) | (idx >= op)
