@@ -40,7 +40,7 @@ __kernel void max_unpool_claim(__global const index_t *restrict indices,
     UNPOOL_ITEM(i, IP);
     index_t at = indices[in0 + i];
     if (at < 0 || (long)at >= OP)
-        flag[0] = 1;
+        atomic_or((volatile __global int *)flag, 1);
     else
         atomic_max((volatile __global int *)owner + out0 + at, (int)i);
 }
