@@ -100,6 +100,9 @@ def _planner(where: Where, arrays: tuple, spatial: int, window: tuple, device, q
              backward: bool = False) -> tuple[Planner, tuple[int, ...], int, int, int]:  # fmt: skip
     """The planner of an unpooling op, and _geometry of its input and indices."""
     p = Planner(where, "unpool", device, arrays, queue)
+    for a in p.arrays:  # the planner's copies of strided device arrays are 4-D at most
+        if a.ndim > 4 and isinstance(a, cla.Array) and not (a.flags.c_contiguous and not a.offset):
+            raise _bad("a strided 5-D device array is not supported: make it contiguous first")
     x, indices = p.arrays[-2:]
     if backward:  # ops._backward_planner's checks; its shape split is 2-D only
         grad = p.arrays[0]

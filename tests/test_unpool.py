@@ -294,3 +294,44 @@ def test_torch_gradcheck_float64(spatial, device):
     i = i.reshape(shape)
     fn = getattr(ct, f"max_unpool{spatial}d")
     assert torch.autograd.gradcheck(lambda t: fn(t, torch.from_numpy(i), 2), (y,))
+
+
+def test_many_work_groups_naming_one_output_the_last_input_wins(device):
+    """Every input of a long row names the same four outputs: work-groups on other threads
+    or compute units race for them, and the owner map still lets the last input win."""
+    queue = clpool.default_queue(device)
+    x = np.arange(1, 2**18 + 1, dtype=np.float32).reshape(1, 1, -1)
+    i = np.tile(np.arange(4), 2**16).reshape(x.shape)
+    xd, idd = cla.to_device(queue, x), cla.to_device(queue, i)
+    for _ in range(5):
+        got = clpool.max_unpool1d(xd, idd, 1).get()
+        np.testing.assert_array_equal(got[0, 0, :4], x[0, 0, -4:])
+
+
+def test_backward_gives_zero_for_an_index_outside_the_output(device):
+    queue = clpool.default_queue(device)
+    x = np.ones((1, 1, 4), np.float32)
+    i = np.array([[[0, 8, -1, 7]]], np.int64)
+    g = np.arange(1, 9, dtype=np.float32).reshape(1, 1, 8)
+    want = [[[1, 0, 0, 8]]]
+    np.testing.assert_array_equal(clpool.max_unpool1d_backward(g, x, i, 2), want)
+    on_device = clpool.max_unpool1d_backward(g, x, cla.to_device(queue, i), 2)
+    np.testing.assert_array_equal(on_device.get(), want)
+
+
+def test_queue_out_and_strided_device_arrays(device):
+    queue = clpool.default_queue(device)
+    rng = np.random.default_rng(6)
+    x, i = _duplicates(rng, 2, (2, 3, 4, 4), (8, 8))
+    want = F.max_unpool2d(torch.from_numpy(x), torch.from_numpy(i), 2).numpy()
+    got = clpool.max_unpool2d(x, i, 2, queue=queue)
+    assert isinstance(got, cla.Array) and same_bits(got.get(), want)
+    out = cla.empty(queue, want.shape, np.float32)
+    assert clpool.max_unpool2d(x, i, 2, out=out) is out and same_bits(out.get(), want)
+    # a strided device input (a transposed view) is copied to a dense one first
+    xt = cla.to_device(queue, np.ascontiguousarray(x.transpose(0, 1, 3, 2))).transpose(
+        (0, 1, 3, 2))  # fmt: skip
+    assert same_bits(clpool.max_unpool2d(xt, cla.to_device(queue, i), 2).get(), want)
+    x5 = cla.to_device(queue, np.ones((1, 2, 2, 2, 2), np.float32)).transpose((0, 1, 4, 3, 2))
+    with pytest.raises(PoolArgumentError, match="contiguous"):
+        clpool.max_unpool3d(x5, cla.zeros(queue, x5.shape, np.int64), 2)
