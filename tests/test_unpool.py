@@ -332,6 +332,13 @@ def test_queue_out_and_strided_device_arrays(device):
     xt = cla.to_device(queue, np.ascontiguousarray(x.transpose(0, 1, 3, 2))).transpose(
         (0, 1, 3, 2))  # fmt: skip
     assert same_bits(clpool.max_unpool2d(xt, cla.to_device(queue, i), 2).get(), want)
+    for kind in (np.int64, np.int32):  # strided indices: copied as indices, not as floats
+        it = cla.to_device(queue, np.ascontiguousarray(i.transpose(0, 1, 3, 2).astype(kind)))
+        it = it.transpose((0, 1, 3, 2))
+        assert same_bits(clpool.max_unpool2d(x, it, 2).get(), want)
+        g = np.random.default_rng(7).standard_normal(want.shape).astype(np.float32)
+        got = clpool.max_unpool2d_backward(g, x, it, 2)
+        assert same_bits(got.get(), ref.max_unpool_backward(g, x, i, 2).astype(np.float32))
     x5 = cla.to_device(queue, np.ones((1, 2, 2, 2, 2), np.float32)).transpose((0, 1, 4, 3, 2))
     with pytest.raises(PoolArgumentError, match="contiguous"):
         clpool.max_unpool3d(x5, cla.zeros(queue, x5.shape, np.int64), 2)
