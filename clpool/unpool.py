@@ -74,7 +74,9 @@ def unpool_output(
     return got
 
 
-def _geometry(x, indices, spatial: int, window: tuple) -> tuple[tuple[int, ...], int, int, int]:
+def _geometry(
+    x: Tensor, indices: Tensor, spatial: int, window: tuple
+) -> tuple[tuple[int, ...], int, int, int]:
     """The output's shape, the planes and the input and output plane sizes of unpooling
     `x` (indices of its shape) over `spatial` axes, after ATen's checks."""
     full = shapes.split_batch_nd(tuple(x.shape), spatial)
@@ -92,7 +94,7 @@ def _geometry(x, indices, spatial: int, window: tuple) -> tuple[tuple[int, ...],
     return tuple(x.shape[:-spatial]) + sizes, full[0] * full[1], in_plane, math.prod(sizes)
 
 
-def _host(a: object) -> object:
+def _host(a: object) -> np.ndarray | cla.Array:
     return a if isinstance(a, cla.Array) else plans.host_array(a)
 
 
@@ -135,7 +137,7 @@ def _queue(device: object, queue: object, out: object, arrays: tuple) -> cl.Comm
     chosen device's (as plans' _resolve decides)."""
     if queue is not None:
         adopt.check_queue(queue)
-        return queue
+        return queue  # type: ignore[return-value]  # a CommandQueue: checked
     given = adopt.out_arrays(out, 1)
     for a in (*(given or ()), *arrays):
         if isinstance(a, cla.Array) and a.queue is not None:
@@ -143,7 +145,7 @@ def _queue(device: object, queue: object, out: object, arrays: tuple) -> cl.Comm
     return runtime(require(choose(device))).queue
 
 
-def _scratch(queue: cl.CommandQueue, shape: tuple[int, ...], dtype: object) -> cla.Array:
+def _scratch(queue: cl.CommandQueue, shape: tuple[int, ...], dtype: np.dtype | type) -> cla.Array:
     in_order = not queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
     pool = launch.memory_pool(queue) if in_order else None
     return cla.empty(queue, shape, np.dtype(dtype), allocator=pool)
