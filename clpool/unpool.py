@@ -14,7 +14,7 @@ import pyopencl.array as cla
 
 from . import adopt, launch, ops, plans, shapes
 from .discovery import choose, require, runtime
-from .errors import PoolArgumentError, Problem, Where, reporting
+from .errors import PoolArgumentError, Problem, UnsupportedDtypeError, Where, reporting
 from .plans import Planner
 
 Tensor = ops.Tensor
@@ -146,6 +146,14 @@ def _queue(device: object, queue: object, out: object, arrays: tuple) -> cl.Comm
 
 
 def _scratch(queue: cl.CommandQueue, shape: tuple[int, ...], dtype: np.dtype | type) -> cla.Array:
+    """An array the op writes, from the queue's memory pool; one larger than the device can
+    allocate is refused (as the planner refuses its outputs)."""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if nbytes > queue.device.max_mem_alloc_size:
+        raise _bad(
+            f"an array of shape {tuple(shape)} needs {nbytes} bytes on the device, more than "
+            f"its largest allocation ({queue.device.max_mem_alloc_size} bytes)"
+        )
     in_order = not queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
     pool = launch.memory_pool(queue) if in_order else None
     return cla.empty(queue, shape, np.dtype(dtype), allocator=pool)
@@ -159,6 +167,9 @@ def _unpool(spatial: int, input, indices, window: tuple, device, queue, out) -> 
         where.dtype = x.dtype
         q = _queue(device, queue, out, arrays)
         where.device = q.device.name.strip()
+        problem = plans.dtype_problem(x.dtype, q.device)
+        if problem:
+            raise Problem(UnsupportedDtypeError, problem)
         out_shape, planes, _, op = _geometry(x, idx, spatial, window)
         work = planes and op and x.size
         if work and not isinstance(idx, cla.Array):

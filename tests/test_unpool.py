@@ -342,3 +342,12 @@ def test_queue_out_and_strided_device_arrays(device):
     x5 = cla.to_device(queue, np.ones((1, 2, 2, 2, 2), np.float32)).transpose((0, 1, 4, 3, 2))
     with pytest.raises(PoolArgumentError, match="contiguous"):
         clpool.max_unpool3d(x5, cla.zeros(queue, x5.shape, np.int64), 2)
+
+
+def test_bad_dtypes_and_sizes_are_refused(device):
+    i = np.zeros((1, 1, 2, 2), np.int64)
+    for bad in (np.zeros((1, 1, 2, 2), np.int32), np.zeros((1, 1, 2, 2), "U1")):
+        with pytest.raises(clpool.UnsupportedDtypeError):
+            clpool.max_unpool2d(bad, i, 2)
+    with pytest.raises(PoolArgumentError, match="largest allocation"):  # (2^30 + 2)^2 floats
+        clpool.max_unpool2d(np.zeros((1, 1, 2, 2), np.float32), i, 2, stride=2**30)
