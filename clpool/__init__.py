@@ -22,6 +22,14 @@ from .pool1d import (
     max_pool1d,
     max_pool1d_with_indices_backward,
 )
+from .unpool import (
+    max_unpool1d,
+    max_unpool1d_backward,
+    max_unpool2d,
+    max_unpool2d_backward,
+    max_unpool3d,
+    max_unpool3d_backward,
+)
 
 __all__ = [
     "DeviceInfo",
@@ -45,4 +53,10 @@ __all__ = [
     "max_pool2d",
     "max_pool2d_with_indices",
     "max_pool2d_with_indices_backward",
+    "max_unpool1d",
+    "max_unpool1d_backward",
+    "max_unpool2d",
+    "max_unpool2d_backward",
+    "max_unpool3d",
+    "max_unpool3d_backward",
 ]

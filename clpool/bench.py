@@ -16,7 +16,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from . import __version__, ops, shapes
+from . import __version__, ops, shapes, unpool
 from .discovery import Runtime
 
 OPS = (
@@ -27,8 +27,11 @@ OPS = (
     "avg_pool2d_backward",
     "adaptive_avg_pool2d",
     "adaptive_avg_pool2d_backward",
+    "max_unpool2d",
 )
 WINDOWED = OPS[:5]
+# max_unpool2d of max_pool2d k2 s2's result (and indices) back to the first shape's size
+UNPOOL_WINDOW = dict(kernel_size=2, stride=2, padding=0)
 # (shape, window) of the default sweep: f32 NCHW, sizes for a GPU; a CPU gets N / 4.
 SHAPES = (
     ((32, 64, 112, 112), dict(kernel_size=3, stride=2, padding=1)),
@@ -75,9 +78,11 @@ def default_cases(
             cases += [
                 Case(op, s, dict(output_size=o), dtype)
                 for o in ADAPTIVE_OUTPUTS
-                for op in OPS[5:]
+                for op in OPS[5:7]
                 if op in ops_wanted
             ]
+        if "max_unpool2d" in ops_wanted and i == 0:
+            cases.append(Case("max_unpool2d", s, dict(UNPOOL_WINDOW), dtype))
     return cases
 
 
@@ -164,6 +169,10 @@ def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[dict, int]:
         return dict(grad_output=grad, input=x, indices=indices), small + indices.nbytes + big
     if case.op.endswith("backward"):
         return dict(grad_output=grad, input=x), small + big
+    if case.op == "max_unpool2d":  # reads the pooled values and indices, writes x's size
+        pooled, indices = ops.max_pool2d_with_indices(x, **case.params)
+        inputs = dict(input=pooled, indices=indices, output_size=(h, w))
+        return inputs, pooled.nbytes + indices.nbytes + big
     extra = 2 * small if case.op == "max_pool2d_with_indices" else 0
     return dict(input=x), big + small + extra
 
@@ -172,7 +181,7 @@ def time_clpool(case: Case, rt: Runtime, loops: int, min_time: float = MIN_TIME)
     """clpool on one case with device-resident inputs: wall_us and kernel_us per call
     back to back, the calls in each timed loop, and the bytes the op moves."""
     inputs, nbytes = _inputs(case, rt)
-    fn = getattr(ops, case.op)
+    fn = getattr(ops, case.op, None) or getattr(unpool, case.op)
     params = {} if case.op == "adaptive_avg_pool2d_backward" else case.params
 
     def call() -> cla.Array:
@@ -195,6 +204,9 @@ def _torch_call(case: Case, t: dict) -> Callable[[], object]:
             return lambda: aten._adaptive_avg_pool2d_backward(t["grad_output"], t["x"])
         return lambda: F.adaptive_avg_pool2d(t["x"], o)
     k, s, pad = [p["kernel_size"]] * 2, [p["stride"]] * 2, [p["padding"]] * 2
+    if case.op == "max_unpool2d":
+        size = list(case.shape[-2:])
+        return lambda: F.max_unpool2d(t["pooled"], t["indices"], k, s, pad, size)
     return {
         "max_pool2d": lambda: F.max_pool2d(t["x"], k, s, pad),
         "max_pool2d_with_indices": lambda: F.max_pool2d(t["x"], k, s, pad, return_indices=True),
@@ -235,6 +247,11 @@ def time_torch(case: Case, where: str, loops: int, min_time: float = MIN_TIME) -
         t["indices"] = torch.nn.functional.max_pool2d(
             x, p["kernel_size"], p["stride"], p["padding"], return_indices=True
         )[1]
+    if case.op == "max_unpool2d":
+        p = case.params
+        t["pooled"], t["indices"] = torch.nn.functional.max_pool2d(
+            x, p["kernel_size"], p["stride"], p["padding"], return_indices=True
+        )
     finish = torch.cuda.synchronize if where == "cuda" else lambda: None
     return wall_us(_torch_call(case, t), finish, loops, min_time)[0]
 

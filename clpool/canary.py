@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import capabilities, check, discovery, ops, policy, verify
+from . import capabilities, check, discovery, ops, policy, unpool, verify
 from . import reference as ref
 
 # max_pool2d, avg_pool2d: (kernel_size, stride, padding); a stride of 1, 2 and 3 takes
@@ -76,6 +76,29 @@ def _calls(
             ops.adaptive_avg_pool2d_backward(grad, x),
             ref.adaptive_avg_pool2d_backward(grad, x),
             False,
+        )
+    yield from _unpool_calls(x, g, windows)
+
+
+def _unpool_calls(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray], windows: tuple):
+    """max_unpool2d (clear, claim, scatter) of max pooling's result back to x's size, and
+    its gradient (gather), over `windows`: bit-exact copies."""
+    for k, s, p in windows:
+        pooled, idx = ref.max_pool2d_with_indices(x, k, s, p)
+        pooled = pooled.astype(x.dtype)
+        size = x.shape[-2:]
+        yield (
+            f"max_unpool2d k{k} s{s} p{p}",
+            unpool.max_unpool2d(pooled, idx, k, s, p, size),
+            ref.max_unpool(pooled, idx, 2, k, s, p, size).astype(x.dtype),
+            True,
+        )
+        grad = g(x.shape)
+        yield (
+            f"max_unpool2d_backward k{k} s{s} p{p}",
+            unpool.max_unpool2d_backward(grad, pooled, idx, k, s, p, size),
+            ref.max_unpool_backward(grad, pooled, idx, 2).astype(x.dtype),
+            True,
         )
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ops
+from . import ops, unpool
 from . import reference as ref
 
 TOLERANCE = {"float16": 1e-3, "float32": 1e-5, "float64": 1e-12}
@@ -187,6 +187,48 @@ def run(device: object = None, dtype: object = "float32") -> list[Row]:
         ("adaptive_avg_pool2d_backward", "adaptive", False, adaptive_backward),
     ):
         rows.append(_run(label, dt, cases[family], exact, one))
+    return rows + _unpool_rows(dt, device)
+
+
+def _unpool_cases(dtype: np.dtype) -> dict[int, list[dict]]:
+    """Per rank: distinct indices with output_size given, the same unbatched with int32
+    indices, and indices that name few outputs, so many collide (the later input wins)."""
+    rng = np.random.default_rng(SEED + 1)
+    found: dict[int, list[dict]] = {}
+    for n, side in ((1, 10), (2, 4), (3, 3)):
+        shape = (2, 3) + (side,) * n
+        x = rng.standard_normal(shape).astype(dtype)
+        sizes = (2 * side + 1,) * n  # default 2 * side with k2: within (default - 2, + 2)
+        plane = (2 * side + 1) ** n
+        distinct = np.stack([rng.permutation(plane)[: side**n] for _ in range(6)])
+        distinct = distinct.reshape(shape)
+        found[n] = [
+            dict(x=x, i=distinct, args=(2, None, 0, sizes)),
+            dict(x=x[0], i=distinct[0].astype(np.int32), args=(2, None, 0, sizes)),
+            dict(x=x, i=rng.integers(0, 3**n, shape), args=(3, 2, 1, None)),
+        ]
+    return found
+
+
+def _unpool_rows(dt: np.dtype, device: object) -> list[Row]:
+    """max_unpool1d/2d/3d and their backward ops against the reference (bit-exact: both
+    copy elements)."""
+    rows = []
+    for n, cases in _unpool_cases(dt).items():
+        forward = getattr(unpool, f"max_unpool{n}d")
+        backward = getattr(unpool, f"max_unpool{n}d_backward")
+
+        def one(c, forward=forward, n=n):
+            got = forward(c["x"], c["i"], *c["args"], device=device)
+            return [(got, ref.max_unpool(c["x"], c["i"], n, *c["args"]).astype(dt), True)]
+
+        def grad(c, backward=backward, n=n):
+            g = _grad({"seed": n}, ref.max_unpool(c["x"], c["i"], n, *c["args"]).shape, dt)
+            got = backward(g, c["x"], c["i"], *c["args"], device=device)
+            return [(got, ref.max_unpool_backward(g, c["x"], c["i"], n).astype(dt), True)]
+
+        rows.append(_run(forward.__name__, dt, cases, True, one))
+        rows.append(_run(backward.__name__, dt, cases, True, grad))
     return rows
 
 

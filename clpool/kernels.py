@@ -27,6 +27,7 @@ _AVG_SIZES = _ints(
     "divisor_override",
 )  # fmt: skip
 _ADAPTIVE_SIZES = _ints("H", "W", "OH", "OW")
+_UNPOOL_SIZES = (("IP", LONG), ("OP", LONG))  # unpool.cl: flat input and output planes
 _CONTIGUOUS = (
     ("in", GLOBAL), ("out", GLOBAL), ("offset", LONG), *_ints("C", "H", "W"),
     ("sn", LONG), ("sc", LONG), ("sh", LONG), ("sw", LONG),
@@ -56,6 +57,21 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
         ("scratch", LOCAL),
     ),
     "adaptive_avg_pool2d_plane": (("x", GLOBAL), ("out", GLOBAL), ("HW", LONG)),
+    "max_unpool_clear": (("out", GLOBAL), ("owner", GLOBAL), ("flag", GLOBAL), *_UNPOOL_SIZES),
+    "max_unpool_claim": (("indices", GLOBAL), ("owner", GLOBAL), ("flag", GLOBAL), *_UNPOOL_SIZES),
+    "max_unpool_scatter": (
+        ("x", GLOBAL),
+        ("indices", GLOBAL),
+        ("owner", GLOBAL),
+        ("out", GLOBAL),
+        *_UNPOOL_SIZES,
+    ),
+    "max_unpool_gather": (
+        ("grad_out", GLOBAL),
+        ("indices", GLOBAL),
+        ("grad_x", GLOBAL),
+        *_UNPOOL_SIZES,
+    ),  # fmt: skip
     "clpool_contiguous": _CONTIGUOUS,
     "clpool_contiguous_index": _CONTIGUOUS,
 }

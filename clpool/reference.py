@@ -222,3 +222,53 @@ def adaptive_avg_pool2d_backward(grad_output, x):
             area = (rows.stop - rows.start) * (cols.stop - cols.start)
             grad[:, rows, cols] += (g[:, i, j] / area)[:, None, None]
     return grad.reshape(shape)
+
+
+# ---------------------------------------------------------------- max unpooling
+
+
+def _sizes(value, n: int) -> tuple[int, ...]:
+    if isinstance(value, (tuple, list)):
+        return tuple(int(v) for v in value) if len(value) == n else (int(value[0]),) * n
+    return (int(value),) * n
+
+
+def unpool_size(shape, spatial: int, kernel_size, stride=None, padding=0, output_size=None):
+    """The output's spatial sizes: output_size's last `spatial` entries, or by default
+    (in - 1) * stride - 2 * padding + kernel_size per axis."""
+    if output_size is not None:
+        return tuple(int(v) for v in output_size)[-spatial:]
+    k = _sizes(kernel_size, spatial)
+    s = k if stride is None else _sizes(stride, spatial)
+    p = _sizes(padding, spatial)
+    inner = tuple(shape)[-spatial:]
+    return tuple((inner[d] - 1) * s[d] - 2 * p[d] + k[d] for d in range(spatial))
+
+
+def _flat(a, spatial: int, dtype) -> np.ndarray:
+    """a as (planes, elements per plane) over its last `spatial` axes."""
+    a = np.asarray(a)
+    return a.astype(dtype).reshape(-1, math.prod(a.shape[len(a.shape) - spatial :]))
+
+
+def max_unpool(x, indices, spatial: int, kernel_size, stride=None, padding=0, output_size=None):
+    """Zeros of the output's shape, with x's elements at their flat in-plane indices, in
+    input order (a later one overwrites an earlier one), as ATen's CPU loop."""
+    shape = np.shape(x)
+    sizes = unpool_size(shape, spatial, kernel_size, stride, padding, output_size)
+    xs, ix = _flat(x, spatial, np.float64), _flat(indices, spatial, np.int64)
+    out = np.zeros((xs.shape[0], math.prod(sizes)))
+    planes = np.arange(xs.shape[0])
+    for i in range(xs.shape[1]):
+        out[planes, ix[:, i]] = xs[:, i]
+    return out.reshape(tuple(shape[: len(shape) - spatial]) + sizes)
+
+
+def max_unpool_backward(grad_output, x, indices, spatial: int):
+    """grad_x[i] = grad_output at indices[i], in each plane."""
+    g, ix = _flat(grad_output, spatial, np.float64), _flat(indices, spatial, np.int64)
+    grad = np.zeros(ix.shape)
+    planes = np.arange(ix.shape[0])
+    for i in range(ix.shape[1]):
+        grad[:, i] = g[planes, ix[:, i]]
+    return grad.reshape(np.shape(x))

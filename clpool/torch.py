@@ -17,6 +17,7 @@ import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
 
 from clpool import ops as _ops
+from clpool import unpool as _unpool
 from clpool.errors import Problem, UnsupportedDtypeError, reporting
 
 __all__ = [
@@ -329,3 +330,135 @@ class AdaptiveAvgPool2d(torch.nn.Module):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return adaptive_avg_pool2d(input, self.output_size)
+
+
+# --- max unpooling: functions and modules ---------------------------------------------
+
+
+class MaxUnpoolFunction(torch.autograd.Function):
+    """max_unpool1d/2d/3d; backward runs clpool.max_unpool*d_backward (a gather)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: FunctionCtx,
+        input: torch.Tensor,
+        indices: torch.Tensor,
+        spatial: int,
+        kernel_size: _size_2_t,
+        stride: _size_2_t | None,
+        padding: _size_2_t,
+        output_size: Any,
+        device: object,
+    ) -> torch.Tensor:
+        label = f"max_unpool{spatial}d"
+        out = getattr(_unpool, label)(
+            _host(input, label), _host(indices, label), kernel_size, stride, padding,
+            output_size, device=device,
+        )  # fmt: skip
+        ctx.save_for_backward(input, indices)
+        ctx.params = (spatial, kernel_size, stride, padding, output_size, device)  # type: ignore[attr-defined]
+        return _tensor(out, input)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple:
+        input, indices = ctx.saved_tensors
+        spatial, kernel_size, stride, padding, output_size, device = ctx.params
+        label = f"max_unpool{spatial}d_backward"
+        grad = getattr(_unpool, label)(
+            _host(grad_output, label), _host(input, label), _host(indices, label), kernel_size,
+            stride, padding, output_size, device=device,
+        )  # fmt: skip
+        return _tensor(grad, input), None, None, None, None, None, None, None
+
+
+def max_unpool1d(
+    input: torch.Tensor,
+    indices: torch.Tensor,
+    kernel_size: _size_2_t,
+    stride: _size_2_t | None = None,
+    padding: _size_2_t = 0,
+    output_size: Any = None,
+    *,
+    device: object = None,
+) -> torch.Tensor:
+    """1-D max unpooling, as torch.nn.functional.max_unpool1d."""
+    return MaxUnpoolFunction.apply(input, indices, 1, kernel_size, stride, padding, output_size,
+                                   device)  # fmt: skip
+
+
+def max_unpool2d(
+    input: torch.Tensor,
+    indices: torch.Tensor,
+    kernel_size: _size_2_t,
+    stride: _size_2_t | None = None,
+    padding: _size_2_t = 0,
+    output_size: Any = None,
+    *,
+    device: object = None,
+) -> torch.Tensor:
+    """2-D max unpooling, as torch.nn.functional.max_unpool2d."""
+    return MaxUnpoolFunction.apply(input, indices, 2, kernel_size, stride, padding, output_size,
+                                   device)  # fmt: skip
+
+
+def max_unpool3d(
+    input: torch.Tensor,
+    indices: torch.Tensor,
+    kernel_size: _size_2_t,
+    stride: _size_2_t | None = None,
+    padding: _size_2_t = 0,
+    output_size: Any = None,
+    *,
+    device: object = None,
+) -> torch.Tensor:
+    """3-D max unpooling, as torch.nn.functional.max_unpool3d."""
+    return MaxUnpoolFunction.apply(input, indices, 3, kernel_size, stride, padding, output_size,
+                                   device)  # fmt: skip
+
+
+def _n_tuple(value: _size_2_t, n: int) -> tuple[int, ...]:
+    """torch's _single / _pair / _triple: an int repeated n times, a sequence as a tuple."""
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
+
+
+class _MaxUnpoolNd(torch.nn.Module):
+    """torch.nn.MaxUnpool1d/2d/3d on clpool: same arguments, attributes and repr."""
+
+    spatial = 2
+
+    def __init__(
+        self, kernel_size: _size_2_t, stride: _size_2_t | None = None, padding: _size_2_t = 0
+    ) -> None:
+        super().__init__()
+        n = self.spatial
+        self.kernel_size = _n_tuple(kernel_size, n)
+        self.stride = _n_tuple(stride if stride is not None else kernel_size, n)
+        self.padding = _n_tuple(padding, n)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+    def forward(
+        self, input: torch.Tensor, indices: torch.Tensor, output_size: Any = None
+    ) -> torch.Tensor:
+        return MaxUnpoolFunction.apply(
+            input, indices, self.spatial, self.kernel_size, self.stride, self.padding,
+            output_size, None,
+        )  # fmt: skip
+
+
+class MaxUnpool1d(_MaxUnpoolNd):
+    spatial = 1
+
+
+class MaxUnpool2d(_MaxUnpoolNd):
+    spatial = 2
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
+    spatial = 3
+
+
+__all__ += ["MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "max_unpool1d", "max_unpool2d",
+            "max_unpool3d"]  # fmt: skip

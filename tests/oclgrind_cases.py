@@ -23,7 +23,8 @@ avg_pool2d_forward/backward, adaptive_avg_pool2d_forward/backward,
 adaptive_avg_pool2d_band (bands of 16 or more rows), adaptive_avg_pool2d_global (output
 1x1), the `_plane` kernels of max and average pooling and adaptive_avg_pool2d_plane (the
 CPU kernels: the max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAPTIVE) and
-clpool_contiguous (non-contiguous device arrays), in float32 and float64.
+clpool_contiguous (non-contiguous device arrays), max_unpool_clear/claim/scatter/gather
+(unpool_cases), in float32 and float64.
 """
 
 from __future__ import annotations
@@ -301,6 +302,58 @@ def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None
 
 
 FAMILIES = (max_cases, avg_cases, adaptive_cases, strided_cases, plane_cases)
+
+# (name, shape, kernel_size, stride, padding, output_size): max unpooling, indices that
+# collide often (the later input wins)
+UNPOOL = [
+    ("1d", (2, 2, 5), 2, None, 0, None),
+    ("2d-pad", (1, 2, 3, 4), 3, 2, 1, (6, 7)),
+    ("3d", (1, 2, 2, 3, 2), 2, None, 0, None),
+    ("2d-unbatched", (2, 3, 3), (2, 1), None, 0, None),
+    ("2d-batch-0", (0, 2, 3, 3), 2, None, 0, None),
+]
+
+
+def unpool_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    """max_unpool1d/2d/3d (clear, claim, scatter) and their backward (gather), int64 and
+    int32 indices; device indices outside the output (skipped and flagged)."""
+    from clpool import unpool
+
+    for seed, (name, shape, k, s, p, size) in enumerate(UNPOOL):
+        n = 1 if name.startswith("1d") else 3 if name.startswith("3d") else 2
+        x = _data(shape, dtype, 900 + seed)
+        args = (k, s, p, size)
+        out_shape = ref.max_unpool(x, np.zeros(shape, np.int64), n, *args).shape
+        plane = int(np.prod(out_shape[-n:]))
+        idx = np.random.default_rng(seed).integers(0, max(1, plane // 2), shape)
+        forward, backward = (getattr(unpool, f"max_unpool{n}d{b}") for b in ("", "_backward"))
+        grad = _data(out_shape, dtype, 950 + seed)
+        for index in (np.int64, np.int32):
+            i = idx.astype(index)
+            yield (f"max_unpool{n}d/{name}/{np.dtype(index).name}",
+                   lambda x=x, i=i, a=args, f=forward: f(x, i, *a),
+                   lambda x=x, i=i, a=args, n=n: ref.max_unpool(x, i, n, *a))
+            yield (f"max_unpool{n}d_backward/{name}/{np.dtype(index).name}",
+                   lambda g=grad, x=x, i=i, a=args, b=backward: b(g, x, i, *a),
+                   lambda g=grad, x=x, i=i, n=n: ref.max_unpool_backward(g, x, i, n))
+    x = _data((2, 1, 2, 2), dtype, 990)
+    idx = np.array([-1, 16, 3, 3, 2**40, 5, 15, 0], np.int64).reshape(x.shape)
+
+    def outside():
+        queue = clpool.default_queue()
+        out = cla.zeros(queue, (2, 1, 4, 4), dtype)
+        try:
+            clpool.max_unpool2d(cla.to_device(queue, x), cla.to_device(queue, idx), 2, out=out)
+        except clpool.PoolArgumentError:
+            return out
+        raise AssertionError("indices outside the output were not flagged")
+
+    kept = np.where((idx >= 0) & (idx < 16), idx, 0)
+    want = ref.max_unpool(np.where(kept == idx, x, 0), kept, 2, 2)
+    yield "max_unpool2d/device-indices-outside", outside, lambda: want
+
+
+FAMILIES += (unpool_cases,)
 
 _launched: set[str] = set()
 _kept: list[cl.Buffer] = []

@@ -102,10 +102,23 @@ BACKWARD_1D = {"max_pool1d_with_indices_backward": "max_pool2d_with_indices_back
                "avg_pool1d_backward": "avg_pool2d_backward",
                "adaptive_avg_pool1d_backward": "adaptive_avg_pool2d_backward"}
 
+# Max unpooling: torch.nn.functional's forward; ATen has no backward op (autograd gathers),
+# so clpool's takes grad_output, then the forward's parameters.
+UNPOOL = ["max_unpool1d", "max_unpool2d", "max_unpool3d"]
+UNPOOL_BACKWARD = {f"{name}_backward": name for name in UNPOOL}
+FORWARD += UNPOOL
+
 
 def test_every_public_op_is_checked():
     ops = {n for n in clpool.__all__ if n.endswith(("pool1d", "pool2d", "indices", "backward"))}
-    assert ops == set(FORWARD) | set(BACKWARD) | set(BACKWARD_1D)
+    ops |= {n for n in clpool.__all__ if "unpool" in n}
+    assert ops == set(FORWARD) | set(BACKWARD) | set(BACKWARD_1D) | set(UNPOOL_BACKWARD)
+
+
+@pytest.mark.parametrize("name", UNPOOL_BACKWARD)
+def test_unpool_backward_signature_is_grad_output_then_the_forwards(name):
+    want = [("grad_output", MISSING), *_torch_forward(UNPOOL_BACKWARD[name])]
+    assert _params(getattr(clpool, name)) == want
 
 
 @pytest.mark.parametrize("name", BACKWARD_1D)
@@ -124,7 +137,7 @@ def test_backward_signature_is_aten(name):
     assert _params(getattr(clpool, name)) == _aten_backward(name)
 
 
-@pytest.mark.parametrize("name", FORWARD + BACKWARD)
+@pytest.mark.parametrize("name", FORWARD + BACKWARD + list(UNPOOL_BACKWARD))
 def test_clpool_options_are_keyword_only(name):
     own = {
         p.name
@@ -132,7 +145,7 @@ def test_clpool_options_are_keyword_only(name):
         if p.kind is inspect.Parameter.KEYWORD_ONLY
     }
     assert own <= OWN and {"device", "queue", "out"} <= own
-    if "max" in name and "backward" not in name:
+    if "max" in name and "backward" not in name and name not in UNPOOL:  # unpool: indices in
         assert "index_dtype" in own
 
 

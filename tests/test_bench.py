@@ -155,3 +155,16 @@ def test_bench_plot_without_matplotlib_is_a_usage_error(monkeypatch, tmp_path):
     result = invoke("--plot", str(tmp_path / "x.png"), "--shape", "1,1,4,4")
     assert result.exit_code == 2 and "clpool[plot]" in result.output
     assert not (tmp_path / "x.png").exists()
+
+
+def test_the_sweep_unpools_max_pool2d_k2_s2_of_the_first_shape(device):
+    """max_unpool2d runs on max_pool2d k2 s2's values and indices of [32,64,112,112] (N / 4
+    on a CPU), back to that size, with PyTorch timed the same way beside it."""
+    for cpu, n in ((False, 32), (True, 8)):
+        (case,) = [c for c in bench.default_cases(cpu) if c.op == "max_unpool2d"]
+        assert case.shape == (n, 64, 112, 112) and case.label == "k2 s2 p0"
+    tiny = bench.Case("max_unpool2d", (1, 2, 8, 8), dict(bench.UNPOOL_WINDOW))
+    rt = discovery.runtime(device)
+    timed = bench.time_clpool(tiny, rt, 1, 0.001)
+    assert timed["wall_us"] > 0 and timed["bytes"] == (2 * 16 * (4 + 8)) + 2 * 64 * 4
+    assert bench.time_torch(tiny, "cpu", 1, 0.001) > 0

@@ -1,0 +1,331 @@
+"""Max unpooling in 1-D, 2-D and 3-D, as torch.nn.functional.max_unpool1d/2d/3d on
+PyTorch's CPU, and its gradient with respect to the input (a gather). Planes are flat:
+an (N, C, *sizes) input has N * C planes of prod(sizes) elements, and its indices are
+flat in the output plane (or volume), as max_pool*d's return_indices gives them."""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+from . import adopt, launch, ops, plans, shapes
+from .discovery import choose, require, runtime
+from .errors import PoolArgumentError, Problem, UnsupportedDtypeError, Where, reporting
+from .plans import Planner
+
+Tensor = ops.Tensor
+_NAMES = {1: "max_unpool1d", 2: "max_unpool2d", 3: "max_unpool3d"}
+
+
+def _bad(reason: str) -> Problem:
+    return Problem(PoolArgumentError, reason)
+
+
+def unpool_output(
+    spatial: tuple[int, ...], kernel_size, stride, padding, output_size
+) -> tuple[int, ...]:
+    """The output's spatial sizes, by torch.nn.functional._unpool_output_size's rules: by
+    default (in - 1) * stride - 2 * padding + kernel_size per axis; output_size (with or
+    without its (N, C) sizes) must lie strictly between default - stride and default +
+    stride; no size may be negative."""
+    n = len(spatial)
+    k = shapes.sizes(kernel_size, "kernel_size", n)
+    s = k if stride is None or stride == () else shapes.sizes(stride, "stride", n)
+    p = shapes.sizes(padding, "padding", n)
+    if n == 3 and min(s) <= 0:
+        raise _bad(f"strides should be greater than zero, but got stride: {list(s)}")
+    default = tuple(
+        (i - 1) * st + kk - 2 * pp for i, st, kk, pp in zip(spatial, s, k, p, strict=True)
+    )
+    if output_size is None:
+        got = default
+    else:
+        if not isinstance(output_size, (tuple, list)):
+            raise _bad(
+                f"output_size must be a sequence of {n} or {n + 2} ints, got {output_size!r}"
+            )
+        if len(output_size) == n + 2:
+            output_size = output_size[2:]
+        if len(output_size) != n:
+            raise _bad(
+                f"output_size should be a sequence containing {n} or {n + 2} elements, but it "
+                f"has a length of '{len(output_size)}'"
+            )
+        try:
+            got = tuple(operator.index(v) for v in output_size)
+        except TypeError:
+            raise _bad(f"output_size must hold ints, got {output_size!r}") from None
+        for d, (o, de, st) in enumerate(zip(got, default, s, strict=True)):
+            if not de - st < o < de + st:
+                raise _bad(
+                    f'invalid output_size "{tuple(output_size)}" (dim {d} must be between '
+                    f"{de - st} and {de + st})"
+                )
+    for d, o in enumerate(got):
+        if o < 0:
+            raise _bad(
+                "max_unpooling: output_size must contain non-negative spatial dimensions, "
+                f"but got output_size[{d}]={o}"
+            )
+    return got
+
+
+def _geometry(
+    x: Tensor, indices: Tensor, spatial: int, window: tuple
+) -> tuple[tuple[int, ...], int, int, int]:
+    """The output's shape, the planes and the input and output plane sizes of unpooling
+    `x` (indices of its shape) over `spatial` axes, after ATen's checks."""
+    full = shapes.split_batch_nd(tuple(x.shape), spatial)
+    if tuple(indices.shape) != tuple(x.shape):
+        raise _bad(
+            f"Expected shape of indices to be same as that of the input tensor ({list(x.shape)}) "
+            f"but got indices tensor with shape: {list(indices.shape)}"
+        )
+    if indices.dtype not in ops.INDEX_BITS:
+        raise _bad(f"indices must be int64 or int32, got {indices.dtype.name}")
+    sizes = unpool_output(full[2:], *window)
+    in_plane = math.prod(full[2:])
+    if in_plane > 2**31 - 1:
+        raise _bad(f"an input plane of {in_plane} elements is too large (at most 2^31 - 1)")
+    return tuple(x.shape[:-spatial]) + sizes, full[0] * full[1], in_plane, math.prod(sizes)
+
+
+def _host(a: object) -> np.ndarray | cla.Array:
+    return a if isinstance(a, cla.Array) else plans.host_array(a)
+
+
+def _planner(where: Where, arrays: tuple, spatial: int, window: tuple, device, queue,
+             backward: bool = False) -> tuple[Planner, tuple[int, ...], int, int, int]:  # fmt: skip
+    """The planner of an unpooling op, and _geometry of its input and indices."""
+    p = Planner(where, "unpool", device, arrays, queue)
+    for a in p.arrays:  # the planner's copies of strided device arrays are 4-D at most
+        if a.ndim > 4 and isinstance(a, cla.Array) and not (a.flags.c_contiguous and not a.offset):
+            raise _bad("a strided 5-D device array is not supported: make it contiguous first")
+    x, indices = p.arrays[-2:]
+    if backward:  # ops._backward_planner's checks; its shape split is 2-D only
+        grad = p.arrays[0]
+        where.dtype = x.dtype
+        if (grad.dtype, grad.ndim) != (x.dtype, x.ndim):
+            raise _bad(
+                f"grad_output has dtype {grad.dtype.name} and {grad.ndim} dimensions; the "
+                f"input has {x.dtype.name} and {x.ndim}"
+            )
+    out_shape, planes, ip, op = _geometry(x, indices, spatial, window)
+    p.index_bits = ops.INDEX_BITS[indices.dtype]
+    p.options = ("-DCLPOOL_LARGE_PLANE",) if max(ip, op) >= 2**31 else ()
+    return p, out_shape, planes, ip, op
+
+
+def _plan_forward(where: Where, arrays: tuple, spatial: int, window: tuple, device, queue):
+    p, out_shape, planes, ip, op = _planner(where, arrays, spatial, window, device, queue)
+    p.output("out", out_shape)
+    p.output("owner", (planes * op,), np.dtype(np.int32))
+    p.output("flag", (1,), np.dtype(np.int32))
+    if planes and op:
+        p.step("max_unpool_clear", (op, 1, planes), IP=ip, OP=op)
+        p.step("max_unpool_claim", (ip, 1, planes), IP=ip, OP=op)
+        p.step("max_unpool_scatter", (ip, 1, planes), IP=ip, OP=op)
+    return p.plan("x", "indices")
+
+
+def _queue(device: object, queue: object, out: object, arrays: tuple) -> cl.CommandQueue:
+    """The queue an op runs on: queue=, else out='s, else the device arrays', else the
+    chosen device's (as plans' _resolve decides)."""
+    if queue is not None:
+        adopt.check_queue(queue)
+        return queue  # type: ignore[return-value]  # a CommandQueue: checked
+    given = adopt.out_arrays(out, 1)
+    for a in (*(given or ()), *arrays):
+        if isinstance(a, cla.Array) and a.queue is not None:
+            return a.queue
+    return runtime(require(choose(device))).queue
+
+
+def _scratch(queue: cl.CommandQueue, shape: tuple[int, ...], dtype: np.dtype | type) -> cla.Array:
+    """An array the op writes, from the queue's memory pool; one larger than the device can
+    allocate is refused (as the planner refuses its outputs)."""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if nbytes > queue.device.max_mem_alloc_size:
+        raise _bad(
+            f"an array of shape {tuple(shape)} needs {nbytes} bytes on the device, more than "
+            f"its largest allocation ({queue.device.max_mem_alloc_size} bytes)"
+        )
+    in_order = not queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+    pool = launch.memory_pool(queue) if in_order else None
+    return cla.empty(queue, shape, np.dtype(dtype), allocator=pool)
+
+
+def _unpool(spatial: int, input, indices, window: tuple, device, queue, out) -> Tensor:
+    label = _NAMES[spatial]
+    with reporting(label) as where:
+        arrays, like = adopt.inputs((input, indices))
+        x, idx = map(_host, arrays)
+        where.dtype = x.dtype
+        q = _queue(device, queue, out, arrays)
+        where.device = q.device.name.strip()
+        problem = plans.dtype_problem(x.dtype, q.device)
+        if problem:
+            raise Problem(UnsupportedDtypeError, problem)
+        out_shape, planes, _, op = _geometry(x, idx, spatial, window)
+        work = planes and op and x.size
+        if work and not isinstance(idx, cla.Array):
+            bad = (idx < 0) | (idx >= op)
+            if bad.any():
+                raise _bad(_invalid(int(idx[bad].flat[0]), out_shape[-spatial:]))
+        given = out if out is not None else _scratch(q, out_shape, x.dtype)
+        scratch = (_scratch(q, (planes * op,), np.int32), _scratch(q, (1,), np.int32))
+        params = (spatial, window, device)
+        got = ops._run(label, _plan_forward, arrays, params, q, (given, *scratch), results=3)[0]
+        if work and isinstance(idx, cla.Array) and scratch[1].get()[0]:
+            raise _bad(_invalid(None, out_shape[-spatial:]))
+        host = queue is None and out is None and not any(isinstance(a, cla.Array) for a in arrays)
+        if not host:
+            return got
+        result = got.get()
+        return adopt.tensors([result], like)[0] if like is not None else result
+
+
+def _invalid(index: int | None, sizes: tuple[int, ...]) -> str:
+    volume = "x".join(map(str, sizes))
+    found = f"Found an invalid max index: {index}" if index is not None else (
+        "Found an invalid max index (the kernel flagged one)")  # fmt: skip
+    return f"{found} (output volumes are of size {volume})"
+
+
+def max_unpool1d(
+    input: Tensor,
+    indices: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    output_size=None,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """1-D max unpooling, as torch.nn.functional.max_unpool1d: zeros, with input[i] at
+    indices[i] along L (the later input where two name one element). Host indices are
+    checked before the launch; device (pyopencl Array) indices are checked by the kernel,
+    and reading its flag waits for the op to finish."""
+    window = (kernel_size, stride, padding, output_size)
+    return _unpool(1, input, indices, window, device, queue, out)
+
+
+def max_unpool2d(
+    input: Tensor,
+    indices: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    output_size=None,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """2-D max unpooling, as torch.nn.functional.max_unpool2d: zeros, with input[i] at the
+    flat h * W + w index indices[i] of its output plane (the later input where two name
+    one element). Host indices are checked before the launch; device (pyopencl Array)
+    indices are checked by the kernel, and reading its flag waits for the op to finish."""
+    window = (kernel_size, stride, padding, output_size)
+    return _unpool(2, input, indices, window, device, queue, out)
+
+
+def max_unpool3d(
+    input: Tensor,
+    indices: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    output_size=None,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """3-D max unpooling, as torch.nn.functional.max_unpool3d: zeros, with input[i] at the
+    flat (d * H + h) * W + w index indices[i] of its output volume (the later input where
+    two name one element). Host indices are checked before the launch; device (pyopencl
+    Array) indices are checked by the kernel, and reading its flag waits for the op to
+    finish."""
+    window = (kernel_size, stride, padding, output_size)
+    return _unpool(3, input, indices, window, device, queue, out)
+
+
+def _plan_backward(where: Where, arrays: tuple, spatial: int, window: tuple, device, queue):
+    p, out_shape, planes, ip, op = _planner(
+        where, arrays, spatial, window, device, queue, backward=True
+    )
+    shapes.expect_shape("grad_output", p.arrays[0].shape, out_shape)
+    p.output("grad_x", p.arrays[1].shape)
+    if planes:
+        p.step("max_unpool_gather", (ip, 1, planes), IP=ip, OP=op)
+    return p.plan("grad_out", None, "indices")
+
+
+def _backward(spatial: int, grad_output, input, indices, window, device, queue, out) -> Tensor:
+    label = f"{_NAMES[spatial]}_backward"
+    arrays = (grad_output, input, indices)
+    return ops._run(label, _plan_backward, arrays, (spatial, window, device), queue, out)[0]
+
+
+def max_unpool1d_backward(
+    grad_output: Tensor,
+    input: Tensor,
+    indices: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    output_size=None,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """Gradient of max_unpool1d with respect to its input: grad_output at each index (0
+    where an index names no element of the output)."""
+    window = (kernel_size, stride, padding, output_size)
+    return _backward(1, grad_output, input, indices, window, device, queue, out)
+
+
+def max_unpool2d_backward(
+    grad_output: Tensor,
+    input: Tensor,
+    indices: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    output_size=None,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """Gradient of max_unpool2d with respect to its input: grad_output at each index (0
+    where an index names no element of the output plane)."""
+    window = (kernel_size, stride, padding, output_size)
+    return _backward(2, grad_output, input, indices, window, device, queue, out)
+
+
+def max_unpool3d_backward(
+    grad_output: Tensor,
+    input: Tensor,
+    indices: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    output_size=None,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """Gradient of max_unpool3d with respect to its input: grad_output at each index (0
+    where an index names no element of the output volume)."""
+    window = (kernel_size, stride, padding, output_size)
+    return _backward(3, grad_output, input, indices, window, device, queue, out)

@@ -1,0 +1,353 @@
+"""Max unpooling in 1-D, 2-D and 3-D and its gradient against PyTorch CPU and the float64
+reference: indices from max_pool*d and hand-made ones with duplicates (the later input
+wins), output_size's forms and errors, indices outside the output (host: refused before
+launch; device: flagged, nothing written outside), dtypes, unbatched and empty batches,
+bit-identical runs, and clpool.torch's functions and modules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+import pytest
+from pool_cases import check_argument_error, check_error, same_bits
+
+import clpool
+from clpool import reference as ref
+from clpool.errors import PoolArgumentError
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+POOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+UNPOOL = {1: F.max_unpool1d, 2: F.max_unpool2d, 3: F.max_unpool3d}
+OURS = {1: clpool.max_unpool1d, 2: clpool.max_unpool2d, 3: clpool.max_unpool3d}
+BACKWARD = {1: clpool.max_unpool1d_backward, 2: clpool.max_unpool2d_backward,
+            3: clpool.max_unpool3d_backward}  # fmt: skip
+
+
+def _pooled(rng, spatial: int, batched: bool = True):
+    """(x, pooled, indices, kernel, stride, padding) from torch's max_pool with indices."""
+    sides = {1: (5, 30), 2: (3, 12), 3: (2, 7)}[spatial]
+    size = tuple(int(v) for v in rng.integers(*sides, spatial))
+    k = int(rng.integers(1, 4))
+    s = int(rng.integers(1, 4))
+    p = int(rng.integers(0, k // 2 + 1))
+    size = tuple(max(v, k) for v in size)
+    shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), *size)
+    x = torch.from_numpy(rng.standard_normal(shape if batched else shape[1:]).astype(np.float32))
+    y, i = POOL[spatial](x, k, s, p, return_indices=True)
+    return x, y, i, k, s, p
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_after_max_pool_equals_torch(spatial, index_dtype):
+    rng = np.random.default_rng(spatial)
+    for case in range(6):
+        x, y, i, k, s, p = _pooled(rng, spatial, batched=case % 3 != 2)
+        # the input's own size (strictly inside the allowed range) and the default
+        for size in (x.shape[-spatial:], None):
+            try:
+                want = UNPOOL[spatial](y, i, k, s, p, output_size=size)
+            except RuntimeError:  # the default size can be too small for torch's indices
+                continue
+            got = OURS[spatial](y, i.to(index_dtype), k, s, p, output_size=size)
+            assert got.dtype == want.dtype and torch.equal(got, want), (x.shape, k, s, p, size)
+
+
+def _duplicates(rng, spatial: int, shape, out_sizes, dtype=np.float32):
+    """x and hand-made int64 indices naming few outputs, so that many collide."""
+    x = rng.standard_normal(shape).astype(dtype)
+    span = max(1, int(np.prod(out_sizes)) // 4)
+    return x, rng.integers(0, span, shape).astype(np.int64)
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_duplicates_the_later_input_wins_as_torch(spatial):
+    rng = np.random.default_rng(10 + spatial)
+    shape = (2, 3, *([4, 3, 5][:spatial]))
+    sizes = tuple(v * 2 for v in shape[2:])
+    x, i = _duplicates(rng, spatial, shape, sizes)
+    want = UNPOOL[spatial](torch.from_numpy(x), torch.from_numpy(i), 2).numpy()
+    np.testing.assert_array_equal(OURS[spatial](x, i, 2), want)
+    np.testing.assert_array_equal(OURS[spatial](x, i.astype(np.int32), 2), want)
+    np.testing.assert_array_equal(ref.max_unpool(x, i, spatial, 2), want)
+
+
+def test_the_later_of_two_named_in_reverse_order_wins():
+    """Input 1 then 0 name one output: input 1 is later in input order than 0 whatever
+    their values or order of arrival."""
+    x = np.array([[[5.0, 7.0, 9.0, 1.0]]], np.float32)
+    i = np.array([[[3, 3, 0, 3]]], np.int64)
+    np.testing.assert_array_equal(clpool.max_unpool1d(x, i, 2), [[[9, 0, 0, 1, 0, 0, 0, 0]]])
+
+
+def test_device_arrays_and_bit_identical_runs(device):
+    rng = np.random.default_rng(3)
+    queue = clpool.default_queue(device)
+    x, i = _duplicates(rng, 2, (3, 4, 16, 16), (32, 32))
+    xd, idd = cla.to_device(queue, x), cla.to_device(queue, i)
+    first = clpool.max_unpool2d(xd, idd, 2)
+    assert isinstance(first, cla.Array) and first.queue == queue
+    want = F.max_unpool2d(torch.from_numpy(x), torch.from_numpy(i), 2).numpy()
+    runs = [first.get()] + [clpool.max_unpool2d(xd, idd, 2).get() for _ in range(3)]
+    assert all(same_bits(r, want) for r in runs)
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_against_the_reference(spatial):
+    rng = np.random.default_rng(20 + spatial)
+    for _ in range(4):
+        x, y, i, k, s, p = _pooled(rng, spatial)
+        size = x.shape[-spatial:]
+        want = ref.max_unpool(y.numpy(), i.numpy(), spatial, k, s, p, size)
+        np.testing.assert_array_equal(OURS[spatial](y.numpy(), i.numpy(), k, s, p, size), want)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_dtypes(dtype, device, monkeypatch):
+    from clpool.plans import dtype_problem
+
+    monkeypatch.setenv("CLPOOL_FP16", "storage")
+    if dtype_problem(np.dtype(dtype), device):
+        pytest.skip(f"the device lacks {np.dtype(dtype).name}")
+    rng = np.random.default_rng(4)
+    x, i = _duplicates(rng, 2, (2, 3, 5, 6), (10, 12), dtype)
+    got = clpool.max_unpool2d(x, i, 2)
+    want = F.max_unpool2d(torch.from_numpy(x), torch.from_numpy(i), 2).numpy()
+    assert same_bits(got, want)
+    g = rng.standard_normal(want.shape).astype(dtype)
+    assert same_bits(clpool.max_unpool2d_backward(g, x, i, 2), ref.max_unpool_backward(
+        g, x, i, 2).astype(dtype))  # fmt: skip
+
+
+def test_output_size_forms():
+    x = np.ones((2, 3, 4, 4), np.float32)
+    i = np.zeros((2, 3, 4, 4), np.int64)
+    # default (4 - 1) * 2 + 2 = 8: sizes strictly between 6 and 10, with or without (N, C)
+    for size in [(7, 9), [2, 3, 9, 7], torch.Size([7, 7])]:
+        got = clpool.max_unpool2d(x, i, 2, output_size=size)
+        assert got.shape == F.max_unpool2d(torch.from_numpy(x), torch.from_numpy(i), 2,
+                                           output_size=size).shape  # fmt: skip
+    assert clpool.max_unpool2d(x[0], i[0], 2).shape == (3, 8, 8)
+    assert clpool.max_unpool1d(x[0, 0], i[0, 0], 3, stride=1, padding=1).shape == (4, 4)
+    assert clpool.max_unpool3d(x, i, (1, 2, 2), output_size=(3, 8, 9)).shape == (2, 3, 8, 9)
+
+
+@pytest.mark.parametrize("size, why", [
+    ((6, 8), "dim 0 must be between 6 and 10"),
+    ((8, 10), "dim 1 must be between 6 and 10"),
+    ((8,), "2 or 4 elements"),
+    ((1, 8, 8), "2 or 4 elements"),
+    (8, "sequence"),
+    ((8.0, 8), "ints"),
+])  # fmt: skip
+def test_output_size_errors(size, why, device):
+    x = np.ones((2, 3, 4, 4), np.float32)
+    i = np.zeros((2, 3, 4, 4), np.int64)
+    with pytest.raises(PoolArgumentError, match=why) as info:
+        clpool.max_unpool2d(x, i, 2, output_size=size)
+    check_error(info, "max_unpool2d", device, "float32")
+    if not isinstance(size, int) and float not in map(type, size):
+        with pytest.raises((ValueError, RuntimeError)):
+            F.max_unpool2d(torch.from_numpy(x), torch.from_numpy(i), 2, output_size=size)
+
+
+def test_aten_checks(device):
+    x = np.ones((1, 2, 3, 3), np.float32)
+    i = np.zeros((1, 2, 3, 3), np.int64)
+    two, three = clpool.max_unpool2d, clpool.max_unpool3d
+    bad = [
+        (two, x, i[..., :2], 2, {}),  # indices of another shape
+        (two, x[0, 0], i[0, 0], 2, {}),  # rank
+        (two, x[:, :0], i[:, :0], 2, {}),  # empty channel dimension
+        (two, x, i.astype(np.float32), 2, {}),  # indices' dtype
+        (three, x[None], i[None], 2, {"stride": 0}),  # 3-D stride
+        (three, x[None], i[None], 1, {"padding": (2, 0, 0)}),  # size -2
+    ]
+    for op, a, b, k, kw in bad:
+        check_argument_error(lambda: op(a, b, k, **kw), op.__name__, device)  # noqa: B023
+
+
+def test_empty_batch_and_empty_output():
+    x = np.ones((0, 2, 3, 3), np.float32)
+    assert clpool.max_unpool2d(x, x.astype(np.int64), 2).shape == (0, 2, 6, 6)
+    # an output of no elements: nothing to name, no error (as ATen)
+    y = np.ones((1, 2, 1, 3), np.float32)
+    got = clpool.max_unpool2d(y, np.full(y.shape, 5, np.int64), (2, 2), padding=(1, 0))
+    assert got.shape == (1, 2, 0, 6)
+
+
+@pytest.mark.parametrize("bad_index", [-1, 16])
+def test_host_indices_outside_the_output_are_refused_before_launch(bad_index, launched, device):
+    x = np.ones((2, 2, 2, 2), np.float32)
+    i = np.zeros((2, 2, 2, 2), np.int64)
+    i[1, 1, 1, 0] = bad_index
+    for indices in (i, torch.from_numpy(i), i.astype(np.int32)):
+        with pytest.raises(PoolArgumentError, match=f"invalid max index: {bad_index} .*4x4"):
+            clpool.max_unpool2d(x, indices, 2)
+    assert launched == []
+    with pytest.raises(RuntimeError, match=f"invalid max index: {bad_index}"):
+        F.max_unpool2d(torch.from_numpy(x), torch.from_numpy(i), 2)
+
+
+def test_device_indices_outside_are_flagged_and_nothing_is_written_outside(device):
+    queue = clpool.default_queue(device)
+    rng = np.random.default_rng(5)
+    shape, out_shape = (2, 3, 4, 4), (2, 3, 8, 8)
+    x = rng.standard_normal(shape).astype(np.float32) + 10  # never 0
+    i = rng.integers(0, 64, shape).astype(np.int64)
+    i[0, 0, 0, :2] = (-1, 64)  # before plane 0, past plane 0 (into plane 1)
+    i[1, 2, 3, 3] = 64  # past the last plane
+    guard = 256
+    nbytes = (int(np.prod(out_shape)) + guard) * 4
+    buf = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, nbytes)
+    cl.enqueue_fill_buffer(queue, buf, np.float32(-7), 0, nbytes).wait()
+    out = cla.Array(queue, out_shape, np.float32, data=buf)
+    with pytest.raises(PoolArgumentError, match="invalid max index") as info:
+        clpool.max_unpool2d(cla.to_device(queue, x), cla.to_device(queue, i), 2, out=out)
+    check_error(info, "max_unpool2d", device, "float32")
+    whole = np.empty(int(np.prod(out_shape)) + guard, np.float32)
+    cl.enqueue_copy(queue, whole, buf).wait()
+    assert (whole[-guard:] == -7).all()
+    # the valid indices are written as without the bad ones
+    keep = (i >= 0) & (i < 64)
+    want = np.zeros((6, 64), np.float32)
+    for plane, pos in zip(*np.nonzero(keep.reshape(6, 16)), strict=True):
+        want[plane, i.reshape(6, 16)[plane, pos]] = x.reshape(6, 16)[plane, pos]
+    np.testing.assert_array_equal(whole[: want.size].reshape(want.shape), want)
+    # the flag is cleared by the next call
+    i[keep == 0] = 0
+    clpool.max_unpool2d(cla.to_device(queue, x), cla.to_device(queue, i), 2, out=out)
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_gradient_is_torch_autograds(spatial):
+    rng = np.random.default_rng(30 + spatial)
+    x, y, i, k, s, p = _pooled(rng, spatial)
+    shape = y.shape
+    y = y.clone().requires_grad_()
+    _, dup = _duplicates(rng, spatial, shape, x.shape[-spatial:])  # duplicates included
+    for indices in (i, torch.from_numpy(dup)):
+        size = x.shape[-spatial:]
+        out = UNPOOL[spatial](y, indices, k, s, p, output_size=size)
+        g = torch.randn(out.shape, dtype=torch.float32)
+        (want,) = torch.autograd.grad(out, y, g)
+        got = BACKWARD[spatial](g, y.detach(), indices, k, s, p, size)
+        assert torch.equal(got, want)
+        twice = BACKWARD[spatial](g, y.detach(), indices.int(), k, s, p, size)
+        assert torch.equal(twice, want)
+
+
+def test_backward_checks_grad_output(device):
+    x = np.ones((1, 2, 3, 3), np.float32)
+    i = np.zeros((1, 2, 3, 3), np.int64)
+    g = np.ones((1, 2, 6, 6), np.float32)
+    label = "max_unpool2d_backward"
+    check_argument_error(lambda: clpool.max_unpool2d_backward(g[..., :5], x, i, 2), label, device)
+    check_argument_error(lambda: clpool.max_unpool2d_backward(g[0], x, i, 2), label, device)
+    with pytest.raises(PoolArgumentError):
+        clpool.max_unpool2d_backward(g.astype(np.float64), x, i, 2)
+
+
+# ---------------------------------------------------------------- clpool.torch
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_torch_functions_and_modules(spatial):
+    import clpool.torch as ct
+
+    rng = np.random.default_rng(40 + spatial)
+    x, y, i, k, s, p = _pooled(rng, spatial)
+    size = x.shape
+    ours = getattr(ct, f"max_unpool{spatial}d")
+    module = getattr(ct, f"MaxUnpool{spatial}d")(k, s, p)
+    theirs = getattr(torch.nn, f"MaxUnpool{spatial}d")(k, s, p)
+    assert repr(module) == repr(theirs)
+    want = theirs(y, i, output_size=size)
+    assert torch.equal(module(y, i, output_size=size), want)
+    a = y.clone().requires_grad_()
+    b = y.clone().requires_grad_()
+    out = ours(a, i, k, s, p, size)
+    assert torch.equal(out, want)
+    g = torch.randn(out.shape)
+    out.backward(g)
+    UNPOOL[spatial](b, i, k, s, p, size).backward(g)
+    assert torch.equal(a.grad, b.grad)
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_torch_gradcheck_float64(spatial, device):
+    import clpool.torch as ct
+    from clpool.plans import dtype_problem
+
+    if dtype_problem(np.dtype(np.float64), device):
+        pytest.skip("the device lacks float64")
+    rng = np.random.default_rng(50 + spatial)
+    shape = (1, 2, *([3, 2, 2][:spatial]))
+    y = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    # distinct indices: where two name one output, the earlier input's true derivative is
+    # 0 but torch's (and clpool's) gradient is the gather
+    plane = int(np.prod(shape[2:]))
+    i = np.stack([rng.permutation(plane * 2**spatial)[:plane] for _ in range(2)])
+    i = i.reshape(shape)
+    fn = getattr(ct, f"max_unpool{spatial}d")
+    assert torch.autograd.gradcheck(lambda t: fn(t, torch.from_numpy(i), 2), (y,))
+
+
+def test_many_work_groups_naming_one_output_the_last_input_wins(device):
+    """Every input of a long row names the same four outputs: work-groups on other threads
+    or compute units race for them, and the owner map still lets the last input win."""
+    queue = clpool.default_queue(device)
+    x = np.arange(1, 2**18 + 1, dtype=np.float32).reshape(1, 1, -1)
+    i = np.tile(np.arange(4), 2**16).reshape(x.shape)
+    xd, idd = cla.to_device(queue, x), cla.to_device(queue, i)
+    for _ in range(5):
+        got = clpool.max_unpool1d(xd, idd, 1).get()
+        np.testing.assert_array_equal(got[0, 0, :4], x[0, 0, -4:])
+
+
+def test_backward_gives_zero_for_an_index_outside_the_output(device):
+    queue = clpool.default_queue(device)
+    x = np.ones((1, 1, 4), np.float32)
+    i = np.array([[[0, 8, -1, 7]]], np.int64)
+    g = np.arange(1, 9, dtype=np.float32).reshape(1, 1, 8)
+    want = [[[1, 0, 0, 8]]]
+    np.testing.assert_array_equal(clpool.max_unpool1d_backward(g, x, i, 2), want)
+    on_device = clpool.max_unpool1d_backward(g, x, cla.to_device(queue, i), 2)
+    np.testing.assert_array_equal(on_device.get(), want)
+
+
+def test_queue_out_and_strided_device_arrays(device):
+    queue = clpool.default_queue(device)
+    rng = np.random.default_rng(6)
+    x, i = _duplicates(rng, 2, (2, 3, 4, 4), (8, 8))
+    want = F.max_unpool2d(torch.from_numpy(x), torch.from_numpy(i), 2).numpy()
+    got = clpool.max_unpool2d(x, i, 2, queue=queue)
+    assert isinstance(got, cla.Array) and same_bits(got.get(), want)
+    out = cla.empty(queue, want.shape, np.float32)
+    assert clpool.max_unpool2d(x, i, 2, out=out) is out and same_bits(out.get(), want)
+    # a strided device input (a transposed view) is copied to a dense one first
+    xt = cla.to_device(queue, np.ascontiguousarray(x.transpose(0, 1, 3, 2))).transpose(
+        (0, 1, 3, 2))  # fmt: skip
+    assert same_bits(clpool.max_unpool2d(xt, cla.to_device(queue, i), 2).get(), want)
+    for kind in (np.int64, np.int32):  # strided indices: copied as indices, not as floats
+        it = cla.to_device(queue, np.ascontiguousarray(i.transpose(0, 1, 3, 2).astype(kind)))
+        it = it.transpose((0, 1, 3, 2))
+        assert same_bits(clpool.max_unpool2d(x, it, 2).get(), want)
+        g = np.random.default_rng(7).standard_normal(want.shape).astype(np.float32)
+        got = clpool.max_unpool2d_backward(g, x, it, 2)
+        assert same_bits(got.get(), ref.max_unpool_backward(g, x, i, 2).astype(np.float32))
+    x5 = cla.to_device(queue, np.ones((1, 2, 2, 2, 2), np.float32)).transpose((0, 1, 4, 3, 2))
+    with pytest.raises(PoolArgumentError, match="contiguous"):
+        clpool.max_unpool3d(x5, cla.zeros(queue, x5.shape, np.int64), 2)
+
+
+def test_bad_dtypes_and_sizes_are_refused(device):
+    i = np.zeros((1, 1, 2, 2), np.int64)
+    for bad in (np.zeros((1, 1, 2, 2), np.int32), np.zeros((1, 1, 2, 2), "U1")):
+        with pytest.raises(clpool.UnsupportedDtypeError):
+            clpool.max_unpool2d(bad, i, 2)
+    with pytest.raises(PoolArgumentError, match="largest allocation"):  # (2^30 + 2)^2 floats
+        clpool.max_unpool2d(np.zeros((1, 1, 2, 2), np.float32), i, 2, stride=2**30)
