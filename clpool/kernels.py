@@ -27,6 +27,7 @@ _AVG_SIZES = _ints(
     "divisor_override",
 )  # fmt: skip
 _ADAPTIVE_SIZES = _ints("H", "W", "OH", "OW")
+_ADAPTIVE_MAX_SIZES = _ints("D", "H", "W", "OD", "OH", "OW")
 _CONTIGUOUS = (
     ("in", GLOBAL), ("out", GLOBAL), ("offset", LONG), *_ints("C", "H", "W"),
     ("sn", LONG), ("sc", LONG), ("sh", LONG), ("sw", LONG),
@@ -56,6 +57,18 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
         ("scratch", LOCAL),
     ),
     "adaptive_avg_pool2d_plane": (("x", GLOBAL), ("out", GLOBAL), ("HW", LONG)),
+    "adaptive_max_pool_forward": (
+        ("x", GLOBAL),
+        ("out", GLOBAL),
+        ("indices", GLOBAL),
+        *_ADAPTIVE_MAX_SIZES,
+    ),  # fmt: skip
+    "adaptive_max_pool_backward": (
+        ("grad_out", GLOBAL),
+        ("indices", GLOBAL),
+        ("grad_x", GLOBAL),
+        *_ADAPTIVE_MAX_SIZES,
+    ),  # fmt: skip
     "clpool_contiguous": _CONTIGUOUS,
     "clpool_contiguous_index": _CONTIGUOUS,
 }
