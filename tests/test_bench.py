@@ -155,3 +155,11 @@ def test_bench_plot_without_matplotlib_is_a_usage_error(monkeypatch, tmp_path):
     result = invoke("--plot", str(tmp_path / "x.png"), "--shape", "1,1,4,4")
     assert result.exit_code == 2 and "clpool[plot]" in result.output
     assert not (tmp_path / "x.png").exists()
+
+
+def test_the_default_sweep_has_adaptive_max_pooling_of_a_classifier_head():
+    for cpu, n in ((False, 32), (True, 8)):
+        found = [(c.op, c.shape, c.label) for c in bench.default_cases(cpu)
+                 if c.op.startswith("adaptive_max")]  # fmt: skip
+        assert found == [(op, (n, 256, 14, 14), "out 7") for op in bench.ADAPTIVE_MAX]
+    assert bench.ADAPTIVE_MAX == ("adaptive_max_pool2d", "adaptive_max_pool2d_backward")
