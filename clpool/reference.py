@@ -285,7 +285,7 @@ def adaptive_max_pool_backward(grad_output, x, indices, rank: int) -> np.ndarray
     volume = math.prod(shape[-rank:])
     g = np.asarray(grad_output).astype(np.float64)
     cells = math.prod(g.shape[-rank:])
-    g = g.reshape(-1, cells)
+    g = g.reshape(math.prod(g.shape[:-rank]), cells)
     ind = np.asarray(indices).astype(np.int64).reshape(g.shape)
     grad = np.zeros((g.shape[0], volume))
     for k in range(cells):
