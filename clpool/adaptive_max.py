@@ -6,6 +6,7 @@ with D = 1, 1-D with D = H = 1. Indices are flat in the input plane or volume:
 from __future__ import annotations
 
 import numpy as np
+import pyopencl as cl
 import pyopencl.array as cla
 
 from . import ops, plans, shapes
@@ -22,7 +23,7 @@ def _volume(sizes: tuple[int, ...]) -> tuple[int, int, int]:
     return d, h, w
 
 
-def _fold(a: object) -> object:
+def _fold(a: cla.Array | np.ndarray) -> cla.Array | np.ndarray:
     """A 5-D device array as a 4-D view of the same elements in the same order (two
     adjacent axes merged), for the planner's copy of a strided input, which takes four axes
     at most; anything else as it is."""
@@ -50,7 +51,7 @@ def _plan_forward(
     index_dtype: object,
     with_indices: bool,
     device: object,
-    queue: object,
+    queue: cl.CommandQueue | None,
 ) -> plans.Plan:
     p = Planner(where, FAMILY, device, arrays, queue)
     x = p.arrays[0]

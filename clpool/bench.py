@@ -85,13 +85,11 @@ def default_cases(
                 for op in ADAPTIVE_AVG
                 if op in ops_wanted
             ]
-    max_shape, max_out = ADAPTIVE_MAX_CASE
-    if shape is not None:
-        max_shape = tuple(shape)
-    elif cpu:
-        max_shape = (max(1, max_shape[0] // 4), *max_shape[1:])
+    n, c, h, w = ADAPTIVE_MAX_CASE[0] if shape is None else shape
+    if cpu and shape is None:
+        n = max(1, n // 4)
     cases += [
-        Case(op, max_shape, dict(output_size=max_out), dtype)
+        Case(op, (n, c, h, w), dict(output_size=ADAPTIVE_MAX_CASE[1]), dtype)
         for op in ADAPTIVE_MAX
         if op in ops_wanted
     ]
@@ -180,7 +178,7 @@ def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[dict, int]:
         _, indices = ops.max_pool2d_with_indices(x, **case.params)
         return dict(grad_output=grad, input=x, indices=indices), small + indices.nbytes + big
     if case.op == "adaptive_max_pool2d_backward":
-        _, indices = adaptive_max.adaptive_max_pool2d(x, **case.params, return_indices=True)
+        indices = adaptive_max.adaptive_max_pool2d(x, **case.params, return_indices=True)[1]
         return dict(grad_output=grad, input=x, indices=indices), small + indices.nbytes + big
     if case.op.endswith("backward"):
         return dict(grad_output=grad, input=x), small + big
