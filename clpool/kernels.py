@@ -75,6 +75,7 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
 for _name in ("max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward",
               "avg_pool2d_backward", "adaptive_avg_pool2d_backward"):  # fmt: skip
     _SIGNATURES[f"{_name}_plane"] = _SIGNATURES[_name]
+_SIGNATURES["adaptive_max_pool_backward_plane"] = _SIGNATURES["adaptive_max_pool_backward"]
 SIGNATURES = _SIGNATURES
 
 _LIMITS = {INT: (np.int32, 2**31), LONG: (np.int64, 2**63)}

@@ -42,7 +42,9 @@ __kernel void adaptive_max_pool_forward(__global const elem_t *restrict x,
                 pos_t row = ((pos_t)d * H + h) * W;
                 for (int w = w0; w < w1; ++w) {
                     acc_t v = LOAD(xp, row + w);
-                    if (v > best || isnan(v)) {
+                    /* v != v: v is NaN (isnan() here took 2.7-3.6 against 1.6-1.7 ms
+                     * on [8,64,56,56] to 7x7, Debian's PoCL) */
+                    if (v > best || v != v) {
                         best = v;
                         best_i = row + w;
                     }
@@ -89,5 +91,38 @@ __kernel void adaptive_max_pool_backward(__global const elem_t *restrict grad_ou
                         g += LOAD(gp, row + ow);
             }
         STORE(grad_x, plane * D * H * W + at, g);
+    }
+}
+
+/* The backward for a CPU (float32 and float64): one work-item per plane clears it, then
+ * adds each cell's grad_out to the element its index names, in output order (PyTorch's CPU
+ * loop), where that element lies in the cell; the same sums as the kernel above. */
+__kernel void adaptive_max_pool_backward_plane(__global const elem_t *restrict grad_out,
+                                               __global const index_t *restrict indices,
+                                               __global elem_t *restrict grad_x,
+                                               ADAPTIVE_MAX_SIZES)
+{
+    long plane = get_global_id(0);
+    long cells = (long)OD * OH * OW, volume = (long)D * H * W;
+    __global const elem_t *gp = grad_out + plane * cells;
+    __global const index_t *ip = indices + plane * cells;
+    __global elem_t *xp = grad_x + plane * volume;
+    clear_rows(xp, W, 0, D * H);
+    pos_t k = 0;
+    for (int od = 0; od < OD; ++od) {
+        int d0 = scaled_bound(od, D, OD, 0), d1 = scaled_bound(od + 1, D, OD, 1);
+        for (int oh = 0; oh < OH; ++oh) {
+            int h0 = scaled_bound(oh, H, OH, 0), h1 = scaled_bound(oh + 1, H, OH, 1);
+            for (int ow = 0; ow < OW; ++ow, ++k) {
+                int w0 = scaled_bound(ow, W, OW, 0), w1 = scaled_bound(ow + 1, W, OW, 1);
+                long at = ip[k];
+                if (at < 0 || at >= volume)
+                    continue;
+                long row = at / W;
+                int w = at - row * W, h = row % H, d = row / H;
+                if (d >= d0 && d < d1 && h >= h0 && h < h1 && w >= w0 && w < w1)
+                    STORE(xp, at, LOAD(xp, at) + LOAD(gp, k));
+            }
+        }
     }
 }

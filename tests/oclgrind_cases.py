@@ -24,8 +24,8 @@ adaptive_avg_pool2d_band (bands of 16 or more rows), adaptive_avg_pool2d_global 
 1x1), the `_plane` kernels of max and average pooling and adaptive_avg_pool2d_plane (the
 CPU kernels: the max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAPTIVE) and
 clpool_contiguous (non-contiguous device arrays), adaptive_max_pool_forward (with and
-without indices, int32 and int64) and adaptive_max_pool_backward (including indices outside
-the volume), in float32 and float64.
+without indices, int32 and int64) and adaptive_max_pool_backward and its `_plane` twin
+(including indices outside the volume), in float32 and float64.
 """
 
 from __future__ import annotations
@@ -205,9 +205,15 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
                 volume = int(np.prod(shape[-rank:]))
                 for j, v in enumerate((-1, volume, np.iinfo(np.dtype(index)).max)):
                     flat[(3 * j) % flat.size] = v
-            yield (f"adaptive_max_pool{rank}d_backward/{name}/{index}",
-                   lambda g=grad, x=x, i=idx, op=back_op: op(g, x, i),
-                   lambda g=grad, x=x, i=idx, r=rank: ref.adaptive_max_pool_backward(g, x, i, r))
+            def back(g=grad, x=x, i=idx, op=back_op):
+                return op(g, x, i)
+
+            def back_ref(g=grad, x=x, i=idx, r=rank):
+                return ref.adaptive_max_pool_backward(g, x, i, r)
+
+            yield f"adaptive_max_pool{rank}d_backward/{name}/{index}", back, back_ref
+            # the CPU's plane per work-item (where cells do not outnumber the elements)
+            yield f"plane/adaptive_max_pool{rank}d_backward/{name}/{index}", _as_cpu(back), back_ref
     # a strided 5-D device array: copied through a 4-D view by clpool_contiguous
     queue = discovery.runtime(discovery.select()).queue
     base = _data((2, 3, 4, 3, 5), dtype, 990)

@@ -12,6 +12,7 @@ import pytest
 from pool_cases import check_argument_error, check_error, data, same_bits
 
 import clpool
+from clpool import policy
 from clpool import reference as ref
 from clpool.errors import PoolArgumentError
 
@@ -166,18 +167,46 @@ def test_unbatched_empty_and_zero_sized_outputs(device):
         assert same_bits(grad, np.zeros_like(x))
 
 
-def test_an_index_outside_its_cell_is_ignored(device):
-    """The gather reads each element's own cells only; an index naming no element of the
-    plane, or one outside its cell, adds nothing anywhere."""
+@pytest.mark.parametrize("per_plane", [False, True])
+@pytest.mark.parametrize("index", [np.int64, np.int32])
+def test_an_index_outside_its_cell_is_ignored(device, launched, per_plane, index):
+    """Each kernel adds a gradient only where its index names an element of its own cell:
+    an index outside the plane, or outside its cell, adds nothing anywhere."""
     x = np.arange(12, dtype=np.float32).reshape(1, 1, 3, 4)
-    _, idx = clpool.adaptive_max_pool2d(x, 2, return_indices=True)
+    _, idx = clpool.adaptive_max_pool2d(x, 2, return_indices=True, index_dtype=index)
     g = np.ones((1, 1, 2, 2), np.float32)
-    bad = idx.copy()
-    bad[0, 0, 0, 0], bad[0, 0, 0, 1], bad[0, 0, 1, 0] = -1, 12, 11
-    got = clpool.adaptive_max_pool2d_backward(g, x, bad)
-    want = np.zeros_like(x)
-    want[0, 0, 2, 3] = 1  # the one index left as the forward gave it
+    bad = np.repeat(idx, 4, axis=1)  # four planes, for the per-plane kernel
+    big = np.iinfo(index).max
+    bad[0, :, 0, 0], bad[0, :, 0, 1], bad[0, :, 1, 0] = -1, 12, 11  # 11: cell (1, 1)'s
+    bad[0, 1, 0, 0], bad[0, 1, 0, 1] = big, -big
+    with policy.use(per_plane=per_plane):
+        got = clpool.adaptive_max_pool2d_backward(
+            np.repeat(g, 4, axis=1), np.repeat(x, 4, axis=1), bad
+        )
+    want = np.zeros((1, 4, 3, 4), np.float32)
+    want[0, :, 2, 3] = 1  # the one index left as the forward gave it
     assert same_bits(got, want)
+    assert launched[-1][0].endswith("_plane") == per_plane
+
+
+@pytest.mark.parametrize("per_plane", [False, True])
+def test_both_backward_kernels_give_atens_sums(device, launched, per_plane):
+    """The gather (one work-item per input element) and the CPU's plane per work-item:
+    bit for bit ATen's, in float32 and float64."""
+    rng = np.random.default_rng(77)
+    dtypes = [np.float32] + ([np.float64] if clpool.discovery.has_fp64(device) else [])
+    with policy.use(per_plane=per_plane):
+        for rank in (1, 2, 3):
+            for shape, size in _cases(77 + rank, 8, rank, largest=7):
+                for dtype in dtypes:
+                    x = data(rng, shape, dtype, special=True)
+                    _, idx = FORWARD[rank](x, size, return_indices=True)
+                    g = rng.standard_normal(idx.shape) * 10.0 ** rng.integers(-3, 4, idx.shape)
+                    g = g.astype(dtype)
+                    got = BACKWARD[rank](g, x, idx)
+                    assert same_bits(got, _torch_backward(rank, g, x, idx)), (shape, size)
+    names = {name for name, _ in launched}
+    assert ("adaptive_max_pool_backward_plane" in names) == per_plane
 
 
 def test_device_arrays_strided_queue_and_out(device):
