@@ -240,6 +240,11 @@ def test_tensors_in_tensors_out(device):
     assert isinstance(v, torch.Tensor) and i.dtype == torch.int64
     want, want_i = F.adaptive_max_pool2d(t, 3, return_indices=True)
     assert torch.equal(i, want_i) and same_bits(v.numpy(), want.numpy())
+    last = t.contiguous(memory_format=torch.channels_last)
+    v, i = clpool.adaptive_max_pool2d(last, 3, return_indices=True)
+    want, want_i = F.adaptive_max_pool2d(last, 3, return_indices=True)
+    assert v.is_contiguous(memory_format=torch.channels_last) and torch.equal(v, want)
+    assert want.is_contiguous(memory_format=torch.channels_last) and torch.equal(i, want_i)
 
 
 ERRORS = [
@@ -264,6 +269,15 @@ def test_argument_errors_name_the_op(device, label, call, reason):
     check_argument_error(lambda: call(x), label, device)
     with pytest.raises(PoolArgumentError, match=reason):
         call(x)
+
+
+def test_a_dtype_clpool_lacks_is_refused_under_the_ops_label(device):
+    for rank, op in FORWARD.items():
+        x = np.zeros((1, 2) + (3,) * rank, np.int32)
+        with pytest.raises(clpool.UnsupportedDtypeError) as info:
+            op(x, 2)
+        assert isinstance(info.value, TypeError)
+        check_error(info, f"adaptive_max_pool{rank}d", device, "int32")
 
 
 def test_backward_argument_errors(device):
