@@ -1,6 +1,14 @@
 """clpool: the pooling ops of PyTorch as OpenCL C kernels, on any OpenCL device."""
 
 from ._version import __version__ as __version__
+from .adaptive_max import (
+    adaptive_max_pool1d,
+    adaptive_max_pool1d_backward,
+    adaptive_max_pool2d,
+    adaptive_max_pool2d_backward,
+    adaptive_max_pool3d,
+    adaptive_max_pool3d_backward,
+)
 from .discovery import DeviceInfo, devices
 from .errors import KernelError, PoolArgumentError, PoolError, UnsupportedDtypeError
 from .ops import (
@@ -41,6 +49,12 @@ __all__ = [
     "adaptive_avg_pool1d_backward",
     "adaptive_avg_pool2d",
     "adaptive_avg_pool2d_backward",
+    "adaptive_max_pool1d",
+    "adaptive_max_pool1d_backward",
+    "adaptive_max_pool2d",
+    "adaptive_max_pool2d_backward",
+    "adaptive_max_pool3d",
+    "adaptive_max_pool3d_backward",
     "avg_pool1d",
     "avg_pool1d_backward",
     "avg_pool2d",

@@ -16,7 +16,9 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from . import __version__, ops, shapes, unpool
+import clpool
+
+from . import __version__, ops, shapes
 from .discovery import Runtime
 
 OPS = (
@@ -27,11 +29,18 @@ OPS = (
     "avg_pool2d_backward",
     "adaptive_avg_pool2d",
     "adaptive_avg_pool2d_backward",
+    "adaptive_max_pool2d",
+    "adaptive_max_pool2d_backward",
     "max_unpool2d",
 )
 WINDOWED = OPS[:5]
+ADAPTIVE_AVG = OPS[5:7]
+ADAPTIVE_MAX = OPS[7:9]
 # max_unpool2d of max_pool2d k2 s2's result (and indices) back to the first shape's size
 UNPOOL_WINDOW = dict(kernel_size=2, stride=2, padding=0)
+# (shape, output size) of the adaptive max pooling cases: a classifier's head (N / 4 on a
+# CPU)
+ADAPTIVE_MAX_CASE = ((32, 256, 14, 14), 7)
 # (shape, window) of the default sweep: f32 NCHW, sizes for a GPU; a CPU gets N / 4.
 SHAPES = (
     ((32, 64, 112, 112), dict(kernel_size=3, stride=2, padding=1)),
@@ -78,11 +87,19 @@ def default_cases(
             cases += [
                 Case(op, s, dict(output_size=o), dtype)
                 for o in ADAPTIVE_OUTPUTS
-                for op in OPS[5:7]
+                for op in ADAPTIVE_AVG
                 if op in ops_wanted
             ]
         if "max_unpool2d" in ops_wanted and i == 0:
             cases.append(Case("max_unpool2d", s, dict(UNPOOL_WINDOW), dtype))
+    n, c, h, w = ADAPTIVE_MAX_CASE[0] if shape is None else shape
+    if cpu and shape is None:
+        n = max(1, n // 4)
+    cases += [
+        Case(op, (n, c, h, w), dict(output_size=ADAPTIVE_MAX_CASE[1]), dtype)
+        for op in ADAPTIVE_MAX
+        if op in ops_wanted
+    ]
     return cases
 
 
@@ -167,6 +184,9 @@ def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[dict, int]:
     if case.op == "max_pool2d_with_indices_backward":
         _, indices = ops.max_pool2d_with_indices(x, **case.params)
         return dict(grad_output=grad, input=x, indices=indices), small + indices.nbytes + big
+    if case.op == "adaptive_max_pool2d_backward":
+        indices = clpool.adaptive_max_pool2d(x, **case.params, return_indices=True)[1]
+        return dict(grad_output=grad, input=x, indices=indices), small + indices.nbytes + big
     if case.op.endswith("backward"):
         return dict(grad_output=grad, input=x), small + big
     if case.op == "max_unpool2d":  # reads the pooled values and indices, writes x's size
@@ -181,8 +201,9 @@ def time_clpool(case: Case, rt: Runtime, loops: int, min_time: float = MIN_TIME)
     """clpool on one case with device-resident inputs: wall_us and kernel_us per call
     back to back, the calls in each timed loop, and the bytes the op moves."""
     inputs, nbytes = _inputs(case, rt)
-    fn = getattr(ops, case.op, None) or getattr(unpool, case.op)
-    params = {} if case.op == "adaptive_avg_pool2d_backward" else case.params
+    fn = getattr(clpool, case.op)
+    adaptive_backward = case.op.startswith("adaptive") and case.op.endswith("backward")
+    params = {} if adaptive_backward else case.params
 
     def call() -> cla.Array:
         out = fn(**inputs, **params)
@@ -198,6 +219,11 @@ def _torch_call(case: Case, t: dict) -> Callable[[], object]:
     import torch.nn.functional as F  # noqa: N812
 
     p, aten = case.params, torch.ops.aten
+    if case.op.startswith("adaptive_max"):
+        o = [p["output_size"]] * 2
+        if case.op.endswith("backward"):
+            return lambda: aten.adaptive_max_pool2d_backward(t["grad_output"], t["x"], t["indices"])
+        return lambda: F.adaptive_max_pool2d(t["x"], o)
     if "output_size" in p:
         o = [p["output_size"]] * 2
         if case.op.endswith("backward"):
@@ -252,6 +278,9 @@ def time_torch(case: Case, where: str, loops: int, min_time: float = MIN_TIME) -
         t["pooled"], t["indices"] = torch.nn.functional.max_pool2d(
             x, p["kernel_size"], p["stride"], p["padding"], return_indices=True
         )
+    if case.op == "adaptive_max_pool2d_backward":
+        size = case.params["output_size"]
+        t["indices"] = torch.nn.functional.adaptive_max_pool2d(x, size, return_indices=True)[1]
     finish = torch.cuda.synchronize if where == "cuda" else lambda: None
     return wall_us(_torch_call(case, t), finish, loops, min_time)[0]
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import capabilities, check, discovery, ops, policy, unpool, verify
+from . import adaptive_max, capabilities, check, discovery, ops, policy, unpool, verify
 from . import reference as ref
 
 # max_pool2d, avg_pool2d: (kernel_size, stride, padding); a stride of 1, 2 and 3 takes
@@ -78,6 +78,7 @@ def _calls(
             False,
         )
     yield from _unpool_calls(x, g, windows)
+    yield from _adaptive_max_calls(x, g)
 
 
 def _unpool_calls(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray], windows: tuple):
@@ -99,6 +100,27 @@ def _unpool_calls(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray], win
             unpool.max_unpool2d_backward(grad, pooled, idx, k, s, p, size),
             ref.max_unpool_backward(grad, pooled, idx, 2).astype(x.dtype),
             True,
+        )
+
+
+def _adaptive_max_calls(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray]):
+    """(what, got, want, exact) of adaptive max pooling in 1-D, 2-D and 3-D on `x` (seen as
+    (N, C, L), (N, C, H, W) and unbatched (C, D, H, W)), down- and upsampling: the forward
+    kernel with and without indices, and the backward kernel."""
+    for rank, a, size in ((1, x[0], 101), (2, x, (4, 9)), (3, x, (2, 5, 33))):
+        name = f"adaptive_max_pool{rank}d"
+        forward, backward = getattr(adaptive_max, name), getattr(adaptive_max, f"{name}_backward")
+        got, got_i = forward(a, size, True)
+        want, want_i = ref.adaptive_max_pool_nd(a, size, rank)
+        yield f"{name} {size}", got, want.astype(x.dtype), True
+        yield f"{name} {size} indices", got_i, want_i, True
+        yield f"{name} {size} values", forward(a, size), want.astype(x.dtype), True
+        grad = g(want.shape)
+        yield (
+            f"{name}_backward {size}",
+            backward(grad, a, want_i),
+            ref.adaptive_max_pool_backward(grad, a, want_i, rank),
+            False,
         )
 
 

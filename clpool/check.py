@@ -1,4 +1,4 @@
-"""`clpool check`: run all seven ops on a device against the float64 reference.
+"""`clpool check`: run every op on a device against the float64 reference.
 
 Each op runs on a few small fixed-seed cases (overlapping windows, padding, ceil mode
 overhang, dilation with windows that miss the plane, ties, NaN, -inf, unbatched input,
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ops, unpool
+from . import adaptive_max, ops, unpool
 from . import reference as ref
 
 TOLERANCE = {"float16": 1e-3, "float32": 1e-5, "float64": 1e-12}
@@ -131,7 +131,7 @@ def _run(
 
 
 def run(device: object = None, dtype: object = "float32") -> list[Row]:
-    """Check all seven ops on `device` (as the ops' device= argument) in `dtype`.
+    """Check every op on `device` (as the ops' device= argument) in `dtype`.
 
     A dtype or device the ops reject raises their PoolError."""
     dt = np.dtype(dtype)
@@ -187,7 +187,7 @@ def run(device: object = None, dtype: object = "float32") -> list[Row]:
         ("adaptive_avg_pool2d_backward", "adaptive", False, adaptive_backward),
     ):
         rows.append(_run(label, dt, cases[family], exact, one))
-    return rows + _unpool_rows(dt, device)
+    return rows + _adaptive_max_rows(dt, device) + _unpool_rows(dt, device)
 
 
 def _unpool_cases(dtype: np.dtype) -> dict[int, list[dict]]:
@@ -229,6 +229,56 @@ def _unpool_rows(dt: np.dtype, device: object) -> list[Row]:
 
         rows.append(_run(forward.__name__, dt, cases, True, one))
         rows.append(_run(backward.__name__, dt, cases, True, grad))
+    return rows
+
+
+def _adaptive_max_cases(dtype: np.dtype) -> dict[int, list[dict]]:
+    """Per rank, inputs (with ties, NaN and -inf) and output sizes of adaptive max pooling:
+    down- and upsampling, cells that do not divide the input, None entries, int32."""
+    rng = np.random.default_rng(SEED + 1)
+
+    def data(*shape: int) -> np.ndarray:
+        x = rng.integers(-2, 3, shape).astype(np.float64)
+        x[rng.random(shape) < 0.05] = np.nan
+        x[rng.random(shape) < 0.05] = -np.inf
+        return x.astype(dtype)
+
+    cases = {
+        1: [dict(x=data(2, 3, 11), size=4), dict(x=data(3, 5), size=9, index_dtype="int32"),
+            dict(x=data(1, 2, 6), size=6)],
+        2: [dict(x=data(2, 3, 10, 9), size=(4, 5)), dict(x=data(3, 5, 6), size=(None, 11)),
+            dict(x=data(2, 2, 4, 4), size=1, index_dtype="int32")],
+        3: [dict(x=data(2, 2, 5, 6, 7), size=(2, 4, 3)),
+            dict(x=data(2, 3, 2, 4), size=(3, None, 5), index_dtype="int32"),
+            dict(x=data(1, 1, 3, 3, 3), size=5)],
+    }  # fmt: skip
+    for group in cases.values():
+        for case in group:
+            case["seed"] = int(rng.integers(2**31))
+    return cases
+
+
+def _adaptive_max_rows(dt: np.dtype, device: object) -> list[Row]:
+    """adaptive_max_pool1d/2d/3d (values and indices bit-exact) and their backward ops."""
+    rows = []
+    for rank, group in _adaptive_max_cases(dt).items():
+        forward = getattr(adaptive_max, f"adaptive_max_pool{rank}d")
+        backward = getattr(adaptive_max, f"adaptive_max_pool{rank}d_backward")
+
+        def values(c, forward=forward, rank=rank):
+            kind = c.get("index_dtype", "int64")
+            got, got_i = forward(c["x"], c["size"], True, index_dtype=kind, device=device)
+            want, want_i = ref.adaptive_max_pool_nd(c["x"], c["size"], rank)
+            return [(got, want.astype(dt), True), (got_i, want_i.astype(kind), True)]
+
+        def grads(c, backward=backward, rank=rank):
+            _, idx = ref.adaptive_max_pool_nd(c["x"], c["size"], rank)
+            g = _grad(c, idx.shape, dt)
+            got = backward(g, c["x"], idx, device=device)
+            return [(got, ref.adaptive_max_pool_backward(g, c["x"], idx, rank), False)]
+
+        rows.append(_run(f"adaptive_max_pool{rank}d", dt, group, True, values))
+        rows.append(_run(f"adaptive_max_pool{rank}d_backward", dt, group, False, grads))
     return rows
 
 

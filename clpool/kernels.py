@@ -28,6 +28,7 @@ _AVG_SIZES = _ints(
 )  # fmt: skip
 _ADAPTIVE_SIZES = _ints("H", "W", "OH", "OW")
 _UNPOOL_SIZES = (("IP", LONG), ("OP", LONG))  # unpool.cl: flat input and output planes
+_ADAPTIVE_MAX_SIZES = _ints("D", "H", "W", "OD", "OH", "OW")
 _CONTIGUOUS = (
     ("in", GLOBAL), ("out", GLOBAL), ("offset", LONG), *_ints("C", "H", "W"),
     ("sn", LONG), ("sc", LONG), ("sh", LONG), ("sw", LONG),
@@ -72,12 +73,25 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
         ("grad_x", GLOBAL),
         *_UNPOOL_SIZES,
     ),  # fmt: skip
+    "adaptive_max_pool_forward": (
+        ("x", GLOBAL),
+        ("out", GLOBAL),
+        ("indices", GLOBAL),
+        *_ADAPTIVE_MAX_SIZES,
+    ),  # fmt: skip
+    "adaptive_max_pool_backward": (
+        ("grad_out", GLOBAL),
+        ("indices", GLOBAL),
+        ("grad_x", GLOBAL),
+        *_ADAPTIVE_MAX_SIZES,
+    ),  # fmt: skip
     "clpool_contiguous": _CONTIGUOUS,
     "clpool_contiguous_index": _CONTIGUOUS,
 }
 for _name in ("max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward",
               "avg_pool2d_backward", "adaptive_avg_pool2d_backward"):  # fmt: skip
     _SIGNATURES[f"{_name}_plane"] = _SIGNATURES[_name]
+_SIGNATURES["adaptive_max_pool_backward_plane"] = _SIGNATURES["adaptive_max_pool_backward"]
 SIGNATURES = _SIGNATURES
 
 _LIMITS = {INT: (np.int32, 2**31), LONG: (np.int64, 2**63)}

@@ -198,10 +198,10 @@ def max_pool2d_with_indices(
 
 
 def _backward_planner(
-    where: Where, family: str, device: object, arrays: tuple, queue: object
-) -> tuple[Planner, tuple[int, int, int, int]]:
-    """The planner of a backward op: runs where grad_output lives, with x's dtype and
-    shape."""
+    where: Where, family: str, device: object, arrays: tuple, queue: object, spatial: int = 2
+) -> tuple[Planner, tuple[int, ...]]:
+    """The planner of a backward op over `spatial` axes: runs where grad_output lives, with
+    x's dtype, and x's (N, C, *spatial sizes)."""
     p = Planner(where, family, device, arrays, queue)
     grad, fwd = p.arrays[0], p.arrays[1]
     where.dtype = fwd.dtype
@@ -215,7 +215,7 @@ def _backward_planner(
             PoolArgumentError,
             f"grad_output has {grad.ndim} dimensions but the input has {fwd.ndim}",
         )
-    return p, shapes.split_batch(fwd.shape)
+    return p, shapes.split_batch_nd(fwd.shape, spatial)
 
 
 def _plan_max_backward(

@@ -21,6 +21,7 @@ from .shapes import Window
 
 SOURCES = {"max": "max_pool.cl", "avg": "avg_pool.cl", "adaptive": "adaptive_pool.cl"}
 SOURCES["unpool"] = "unpool.cl"
+SOURCES["adaptive_max"] = "adaptive_max_pool.cl"
 DTYPE_BITS = {np.dtype(np.float16): 16, np.dtype(np.float32): 32, np.dtype(np.float64): 64}
 # The four windowed kernels, whose work-items take columns as well as rows.
 TILED = {"max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward", "avg_pool2d_backward"}

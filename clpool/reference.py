@@ -10,6 +10,7 @@ to be valid: checking them is the ops' job.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -272,3 +273,73 @@ def max_unpool_backward(grad_output, x, indices, spatial: int):
     for i in range(ix.shape[1]):
         grad[:, i] = g[planes, ix[:, i]]
     return grad.reshape(np.shape(x))
+
+
+# ---------------------------------------------------------------- adaptive max pooling
+
+
+def _adaptive_sizes(spatial: tuple[int, ...], output_size) -> tuple[int, ...]:
+    """output_size (an int, or a tuple with None for "keep that size") over `spatial`."""
+    if not isinstance(output_size, (tuple, list)):
+        output_size = (output_size,) * len(spatial)
+    if len(output_size) == 1:
+        output_size = tuple(output_size) * len(spatial)
+    return tuple(s if o is None else int(o) for s, o in zip(spatial, output_size, strict=True))
+
+
+def adaptive_max_pool_nd(x, output_size, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """(values, int64 indices) of adaptive max pooling over the last `rank` axes. ATen's CPU
+    loop: per cell, start from -inf with the index of the cell's first element and take v
+    when v > best or v is NaN (the last NaN wins, ties keep the first), in row-major order;
+    indices are flat in the input volume."""
+    x = np.asarray(x)
+    spatial = x.shape[-rank:]
+    out = _adaptive_sizes(spatial, output_size)
+    planes = x.astype(np.float64).reshape(-1, math.prod(spatial))
+    values = np.empty((planes.shape[0], *out))
+    indices = np.empty((planes.shape[0], *out), np.int64)
+    for cell in np.ndindex(*out):
+        slices = [_cell(i, s, o) for i, s, o in zip(cell, spatial, out, strict=True)]
+        members = itertools.product(*(range(c.start, c.stop) for c in slices))  # row-major
+        flat = [int(np.ravel_multi_index(e, spatial)) for e in members]
+        best = np.full(planes.shape[0], -np.inf)
+        where = np.full(planes.shape[0], flat[0], np.int64)
+        for at in flat:
+            v = planes[:, at]
+            take = (v > best) | np.isnan(v)
+            best = np.where(take, v, best)
+            where = np.where(take, at, where)
+        values[(slice(None), *cell)] = best
+        indices[(slice(None), *cell)] = where
+    lead = x.shape[:-rank]
+    return values.reshape(lead + out), indices.reshape(lead + out)
+
+
+def adaptive_max_pool1d(x, output_size) -> tuple[np.ndarray, np.ndarray]:
+    return adaptive_max_pool_nd(x, output_size, 1)
+
+
+def adaptive_max_pool2d(x, output_size) -> tuple[np.ndarray, np.ndarray]:
+    return adaptive_max_pool_nd(x, output_size, 2)
+
+
+def adaptive_max_pool3d(x, output_size) -> tuple[np.ndarray, np.ndarray]:
+    return adaptive_max_pool_nd(x, output_size, 3)
+
+
+def adaptive_max_pool_backward(grad_output, x, indices, rank: int) -> np.ndarray:
+    """Adds each grad_output element to the input element its index names, cell by cell
+    in row-major output order (ATen's CPU loop); an index that names no element of the
+    volume is ignored. The output size is grad_output's."""
+    shape = np.shape(x)
+    volume = math.prod(shape[-rank:])
+    g = np.asarray(grad_output).astype(np.float64)
+    cells = math.prod(g.shape[-rank:])
+    g = g.reshape(math.prod(g.shape[:-rank]), cells)
+    ind = np.asarray(indices).astype(np.int64).reshape(g.shape)
+    grad = np.zeros((g.shape[0], volume))
+    for k in range(cells):
+        ok = (ind[:, k] >= 0) & (ind[:, k] < volume)
+        rows = np.nonzero(ok)[0]
+        grad[rows, ind[rows, k]] += g[rows, k]
+    return grad.reshape(shape)

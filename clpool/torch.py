@@ -16,15 +16,22 @@ import numpy as np
 import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from clpool import adaptive_max as _adaptive_max
 from clpool import ops as _ops
 from clpool import unpool as _unpool
 from clpool.errors import Problem, UnsupportedDtypeError, reporting
 
 __all__ = [
     "AdaptiveAvgPool2d",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
+    "AdaptiveMaxPool3d",
     "AvgPool2d",
     "MaxPool2d",
     "adaptive_avg_pool2d",
+    "adaptive_max_pool1d",
+    "adaptive_max_pool2d",
+    "adaptive_max_pool3d",
     "avg_pool2d",
     "max_pool2d",
 ]
@@ -462,3 +469,107 @@ class MaxUnpool3d(_MaxUnpoolNd):
 
 __all__ += ["MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "max_unpool1d", "max_unpool2d",
             "max_unpool3d"]  # fmt: skip
+
+
+# --- adaptive max pooling in 1-D, 2-D and 3-D ------------------------------------------
+
+
+class AdaptiveMaxPoolFunction(torch.autograd.Function):
+    """adaptive_max_pool1d/2d/3d (by `rank`) with indices; backward runs clpool's
+    adaptive_max_pool{rank}d_backward."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: FunctionCtx, input: torch.Tensor, output_size: _size_opt_t, rank: int, device: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        label = f"adaptive_max_pool{rank}d"
+        out, indices = getattr(_adaptive_max, label)(
+            _host(input, label), output_size, True, index_dtype="int64", device=device
+        )
+        out_t, indices_t = _tensor(out, input), _tensor(indices, input)
+        ctx.save_for_backward(input, indices_t)
+        ctx.params = (rank, device)  # type: ignore[attr-defined]
+        ctx.mark_non_differentiable(indices_t)
+        return out_t, indices_t
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_output: torch.Tensor, _grad_indices: Any) -> tuple:
+        input, indices = ctx.saved_tensors
+        rank, device = ctx.params
+        label = f"adaptive_max_pool{rank}d_backward"
+        grad = getattr(_adaptive_max, label)(
+            _host(grad_output, label), _host(input, label), _host(indices, label), device=device
+        )
+        return _tensor(grad, input), None, None, None
+
+
+def _adaptive_max_pool(
+    rank: int, input: torch.Tensor, output_size: _size_opt_t, return_indices: bool, device: object
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    if not return_indices and not _tracked(input):
+        label = f"adaptive_max_pool{rank}d"
+        out = getattr(_adaptive_max, label)(_host(input, label), output_size, device=device)
+        return _tensor(out, input)
+    out, indices = AdaptiveMaxPoolFunction.apply(input, output_size, rank, device)
+    return (out, indices) if return_indices else out
+
+
+def adaptive_max_pool1d(
+    input: torch.Tensor, output_size: _size_opt_t, return_indices: bool = False, *,
+    device: object = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """1-D adaptive max pooling, as torch.nn.functional.adaptive_max_pool1d."""
+    return _adaptive_max_pool(1, input, output_size, return_indices, device)
+
+
+def adaptive_max_pool2d(
+    input: torch.Tensor, output_size: _size_opt_t, return_indices: bool = False, *,
+    device: object = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """2-D adaptive max pooling, as torch.nn.functional.adaptive_max_pool2d."""
+    return _adaptive_max_pool(2, input, output_size, return_indices, device)
+
+
+def adaptive_max_pool3d(
+    input: torch.Tensor, output_size: _size_opt_t, return_indices: bool = False, *,
+    device: object = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """3-D adaptive max pooling, as torch.nn.functional.adaptive_max_pool3d."""
+    return _adaptive_max_pool(3, input, output_size, return_indices, device)
+
+
+class _AdaptiveMaxPoolNd(torch.nn.Module):
+    """torch.nn.AdaptiveMaxPool{rank}d on clpool: same arguments, attributes and repr."""
+
+    __constants__ = ["output_size", "return_indices"]
+    rank = 0
+
+    def __init__(self, output_size: _size_opt_t, return_indices: bool = False) -> None:
+        super().__init__()
+        self.output_size = output_size
+        self.return_indices = return_indices
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        return _adaptive_max_pool(self.rank, input, self.output_size, self.return_indices, None)
+
+
+class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
+    """torch.nn.AdaptiveMaxPool1d on clpool: same arguments, attributes and repr."""
+
+    rank = 1
+
+
+class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
+    """torch.nn.AdaptiveMaxPool2d on clpool: same arguments, attributes and repr."""
+
+    rank = 2
+
+
+class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
+    """torch.nn.AdaptiveMaxPool3d on clpool: same arguments, attributes and repr."""
+
+    rank = 3

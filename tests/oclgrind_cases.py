@@ -23,7 +23,9 @@ avg_pool2d_forward/backward, adaptive_avg_pool2d_forward/backward,
 adaptive_avg_pool2d_band (bands of 16 or more rows), adaptive_avg_pool2d_global (output
 1x1), the `_plane` kernels of max and average pooling and adaptive_avg_pool2d_plane (the
 CPU kernels: the max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAPTIVE) and
-clpool_contiguous (non-contiguous device arrays), max_unpool_clear/claim/scatter/gather
+clpool_contiguous (non-contiguous device arrays), adaptive_max_pool_forward (with and
+without indices, int32 and int64) and adaptive_max_pool_backward and its `_plane` twin
+(including indices outside the volume), max_unpool_clear/claim/scatter/gather
 (unpool_cases), in float32 and float64.
 """
 
@@ -168,6 +170,61 @@ def adaptive_cases(dtype: np.dtype,
                lambda g=grad, x=x: ref.adaptive_avg_pool2d_backward(g, x))
 
 
+# (name, rank, shape, output_size): down- and upsampling, cells that overlap, None entries,
+# empty batches and outputs
+ADAPTIVE_MAX = [
+    ("1d-shrink", 1, (2, 3, 11), 4),
+    ("1d-grow-unbatched", 1, (3, 5), 9),
+    ("2d-overlap", 2, (1, 2, 7, 5), (3, 2)),
+    ("2d-keep-height", 2, (2, 6, 4), (None, 7)),
+    ("3d-overlap", 3, (1, 2, 3, 5, 4), (2, 3, 3)),
+    ("3d-grow-unbatched", 3, (2, 2, 3, 2), (3, 4, None)),
+    ("3d-batch-0", 3, (0, 2, 3, 3, 3), 2),
+    ("2d-empty-output", 2, (1, 2, 3, 3), (0, 2)),
+]
+
+
+def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    """adaptive_max_pool_forward with and without indices (int32 and int64) and
+    adaptive_max_pool_backward, also with indices that name no element of the volume."""
+    for seed, (name, rank, shape, size) in enumerate(ADAPTIVE_MAX):
+        op = getattr(clpool, f"adaptive_max_pool{rank}d")
+        back_op = getattr(clpool, f"adaptive_max_pool{rank}d_backward")
+        x = _data(shape, dtype, 900 + seed, ties=seed % 2 == 1)
+        label = f"adaptive_max_pool{rank}d/{name}"
+        want, want_i = ref.adaptive_max_pool_nd(x, size, rank)
+        yield (f"{label}/values", lambda x=x, s=size, op=op: op(x, s),
+               lambda w=want: w)
+        grad = _data(want.shape, dtype, 950 + seed)
+        for index in ("int64", "int32"):
+            yield (f"{label}/{index}",
+                   lambda x=x, s=size, op=op, i=index: op(x, s, True, index_dtype=i),
+                   lambda w=want, wi=want_i: (w, wi))
+            idx = want_i.astype(index)
+            if idx.size:
+                flat = idx.reshape(-1)
+                volume = int(np.prod(shape[-rank:]))
+                for j, v in enumerate((-1, volume, np.iinfo(np.dtype(index)).max)):
+                    flat[(3 * j) % flat.size] = v
+            def back(g=grad, x=x, i=idx, op=back_op):
+                return op(g, x, i)
+
+            def back_ref(g=grad, x=x, i=idx, r=rank):
+                return ref.adaptive_max_pool_backward(g, x, i, r)
+
+            yield f"adaptive_max_pool{rank}d_backward/{name}/{index}", back, back_ref
+            # the CPU's plane per work-item (where cells do not outnumber the elements)
+            yield f"plane/adaptive_max_pool{rank}d_backward/{name}/{index}", _as_cpu(back), back_ref
+    # a strided 5-D device array: copied through a 4-D view by clpool_contiguous
+    queue = discovery.runtime(discovery.select()).queue
+    base = _data((2, 3, 4, 3, 5), dtype, 990)
+    view = cla.to_device(queue, base).transpose((0, 2, 1, 3, 4))
+    host = np.ascontiguousarray(base.transpose(0, 2, 1, 3, 4))
+    yield ("contiguous/adaptive_max_pool3d/transpose",
+           lambda: [a.get() for a in clpool.adaptive_max_pool3d(view, (2, 2, 3), True)],
+           lambda: ref.adaptive_max_pool3d(host, (2, 2, 3)))
+
+
 def strided_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """Non-contiguous pyopencl arrays: the clpool_contiguous kernel of each program, and
     clpool_contiguous_index for indices."""
@@ -290,7 +347,8 @@ def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None
     if got.dtype != dtype:
         return f"dtype {got.dtype}, want {dtype}"
     if name.split("/")[name.startswith(("plane/", "contiguous/"))] in (
-            "max_pool2d", "max_pool2d_with_indices"):
+            "max_pool2d", "max_pool2d_with_indices", "adaptive_max_pool1d",
+            "adaptive_max_pool2d", "adaptive_max_pool3d"):
         # max pooling is exact: the reference value rounded to the dtype
         if not np.array_equal(got, want.astype(dtype), equal_nan=True):
             return f"values differ:\n{got}\nwant\n{want}"
@@ -301,7 +359,8 @@ def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None
     return None
 
 
-FAMILIES = (max_cases, avg_cases, adaptive_cases, strided_cases, plane_cases)
+FAMILIES = (max_cases, avg_cases, adaptive_cases, strided_cases, plane_cases,
+            adaptive_max_cases)
 
 # (name, shape, kernel_size, stride, padding, output_size): max unpooling, indices that
 # collide often (the later input wins)

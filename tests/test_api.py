@@ -42,6 +42,8 @@ BACKWARD_DEFAULTS = {
         stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
     ),
     "adaptive_avg_pool2d_backward": {},
+    "adaptive_max_pool2d_backward": {},
+    "adaptive_max_pool3d_backward": {},
 }
 
 
@@ -79,6 +81,8 @@ def _torch_forward(name: str) -> list[tuple[str, object]]:
         return _documented(DOCUMENTED[name])
     # F.max_pool2d is a boolean_dispatch wrapper: its parameters are F._max_pool2d's
     fn = {"max_pool2d": F._max_pool2d, "max_pool1d": F._max_pool1d}.get(name) or getattr(F, name)
+    if name.startswith("adaptive_max_pool"):  # boolean_dispatch wrappers too
+        fn = getattr(F, "_" + name)
     params = _params(fn)
     if name == "max_pool2d_with_indices":  # torch's takes a return_indices it ignores
         params = [p for p in params if p[0] != "return_indices"]
@@ -94,13 +98,15 @@ def _aten_backward(name: str) -> list[tuple[str, object]]:
 
 
 FORWARD = ["max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "adaptive_avg_pool2d",
-           "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d"]
+           "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d",
+           "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d"]
 BACKWARD = list(BACKWARD_DEFAULTS)
 # ATen has no 1-D backward ops (torch runs the 2-D ones): clpool's take the 2-D ones'
 # parameters, less divisor_override, which avg_pool1d lacks.
 BACKWARD_1D = {"max_pool1d_with_indices_backward": "max_pool2d_with_indices_backward",
                "avg_pool1d_backward": "avg_pool2d_backward",
-               "adaptive_avg_pool1d_backward": "adaptive_avg_pool2d_backward"}
+               "adaptive_avg_pool1d_backward": "adaptive_avg_pool2d_backward",
+               "adaptive_max_pool1d_backward": "adaptive_max_pool2d_backward"}
 
 # Max unpooling: torch.nn.functional's forward; ATen has no backward op (autograd gathers),
 # so clpool's takes grad_output, then the forward's parameters.
@@ -110,8 +116,8 @@ FORWARD += UNPOOL
 
 
 def test_every_public_op_is_checked():
-    ops = {n for n in clpool.__all__ if n.endswith(("pool1d", "pool2d", "indices", "backward"))}
-    ops |= {n for n in clpool.__all__ if "unpool" in n}
+    suffixes = ("pool1d", "pool2d", "pool3d", "indices", "backward")
+    ops = {n for n in clpool.__all__ if n.endswith(suffixes)}
     assert ops == set(FORWARD) | set(BACKWARD) | set(BACKWARD_1D) | set(UNPOOL_BACKWARD)
 
 

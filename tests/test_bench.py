@@ -168,3 +168,11 @@ def test_the_sweep_unpools_max_pool2d_k2_s2_of_the_first_shape(device):
     timed = bench.time_clpool(tiny, rt, 1, 0.001)
     assert timed["wall_us"] > 0 and timed["bytes"] == (2 * 16 * (4 + 8)) + 2 * 64 * 4
     assert bench.time_torch(tiny, "cpu", 1, 0.001) > 0
+
+
+def test_the_default_sweep_has_adaptive_max_pooling_of_a_classifier_head():
+    for cpu, n in ((False, 32), (True, 8)):
+        found = [(c.op, c.shape, c.label) for c in bench.default_cases(cpu)
+                 if c.op.startswith("adaptive_max")]  # fmt: skip
+        assert found == [(op, (n, 256, 14, 14), "out 7") for op in bench.ADAPTIVE_MAX]
+    assert bench.ADAPTIVE_MAX == ("adaptive_max_pool2d", "adaptive_max_pool2d_backward")

@@ -17,10 +17,13 @@ from clpool.cli import main
 
 OPS = ["max_pool2d", "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
        "avg_pool2d", "avg_pool2d_backward", "adaptive_avg_pool2d",
-       "adaptive_avg_pool2d_backward"]
+       "adaptive_avg_pool2d_backward", "adaptive_max_pool1d", "adaptive_max_pool1d_backward",
+       "adaptive_max_pool2d", "adaptive_max_pool2d_backward", "adaptive_max_pool3d",
+       "adaptive_max_pool3d_backward"]
 UNPOOL_OPS = [f"max_unpool{n}d{b}" for n in (1, 2, 3) for b in ("", "_backward")]  # exact
 OPS += UNPOOL_OPS
-EXACT = {"max_pool2d", "max_pool2d_with_indices", *UNPOOL_OPS}
+EXACT = {"max_pool2d", "max_pool2d_with_indices", "adaptive_max_pool1d", "adaptive_max_pool2d",
+         "adaptive_max_pool3d", *UNPOOL_OPS}
 
 
 def invoke(*args: str):
@@ -41,7 +44,7 @@ def test_check_passes_on_the_suite_device(device):
         for op in OPS:
             row = next(line for line in lines if line.split()[:1] == [op])
             assert row.split()[1] == dtype and " pass " in f"{row} "
-        assert "all seven ops pass" in result.output
+        assert f"all {len(OPS)} ops pass" in result.output
 
 
 def test_check_default_dtype_and_device_option(device):

@@ -1,0 +1,213 @@
+"""Adaptive max pooling in 1-D, 2-D and 3-D, as torch.nn.functional's, and its backward
+ops. One forward and one backward kernel over (D, H, W) volumes serve every rank: 2-D runs
+with D = 1, 1-D with D = H = 1 (and on a CPU, for float32 and float64, a backward kernel
+of a plane per work-item). Indices are flat in the input plane or volume:
+(d * H + h) * W + w, as ATen's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+from . import ops, plans, shapes
+from .errors import PoolArgumentError, Problem, Where
+from .plans import Planner
+
+Tensor = ops.Tensor
+FAMILY = "adaptive_max"
+
+
+def _volume(sizes: tuple[int, ...]) -> tuple[int, int, int]:
+    """Spatial sizes of rank 1, 2 or 3 as (D, H, W), the missing axes of size 1."""
+    d, h, w = (1,) * (3 - len(sizes)) + tuple(sizes)
+    return d, h, w
+
+
+def _fold(a: cla.Array | np.ndarray) -> cla.Array | np.ndarray:
+    """A 5-D device array as a 4-D view of the same elements in the same order (two
+    adjacent axes merged), for the planner's copy of a strided input, which takes four axes
+    at most; anything else as it is."""
+    if not isinstance(a, cla.Array) or a.ndim < 5:
+        return a
+    shape, strides = list(a.shape), list(a.strides)
+    for i in range(a.ndim - 1):
+        if shape[i + 1] == 1 or shape[i] == 1 or strides[i] == shape[i + 1] * strides[i + 1]:
+            stride = strides[i] if shape[i + 1] == 1 else strides[i + 1]
+            shape[i : i + 2] = [shape[i] * shape[i + 1]]
+            strides[i : i + 2] = [stride]
+            return cla.Array(a.queue, tuple(shape), a.dtype, data=a.base_data, offset=a.offset,
+                             strides=tuple(strides), events=list(a.events))  # fmt: skip
+    raise Problem(
+        PoolArgumentError,
+        f"a 5-D device array of strides {a.strides} cannot be read as it is: make it contiguous",
+    )
+
+
+def _plan_forward(
+    where: Where,
+    arrays: tuple,
+    rank: int,
+    output_size: object,
+    index_dtype: object,
+    with_indices: bool,
+    device: object,
+    queue: cl.CommandQueue | None,
+) -> plans.Plan:
+    p = Planner(where, FAMILY, device, arrays, queue)
+    x = p.arrays[0]
+    n, c, *spatial = shapes.split_batch_nd(x.shape, rank)
+    out = shapes.adaptive_output(tuple(spatial), output_size)
+    (d, h, w), (od, oh, ow) = _volume(tuple(spatial)), _volume(out)
+    p.index_bits = ops._index_bits(index_dtype)
+    ops._check_index_range(p.index_bits, d * h * w)
+    p.specialize("adaptive_max_pool_forward", (d * h * w, od * oh * ow))
+    out_shape = tuple(x.shape[:-rank]) + out
+    p.output("out", out_shape)
+    if with_indices:
+        p.output("indices", out_shape, np.dtype(f"int{p.index_bits}"))
+    else:
+        p.options += ("-DCLPOOL_NO_INDICES",)
+    if n * c * od * oh * ow:
+        p.step(
+            "adaptive_max_pool_forward",
+            (ow, oh, n * c * od),
+            slots=None if with_indices else {"indices": "out"},  # a placeholder, untouched
+            D=d, H=h, W=w, OD=od, OH=oh, OW=ow,
+        )  # fmt: skip
+    p.arrays = [_fold(a) for a in p.arrays]
+    return p.plan("x")
+
+
+def _forward(
+    label: str, rank: int, input: Tensor, output_size: object, return_indices: bool,
+    index_dtype: object, device: object, queue: object, out: object,
+) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
+    with_indices = bool(return_indices)
+    params = (rank, output_size, index_dtype if with_indices else "int64", with_indices, device)
+    got = ops._run(label, _plan_forward, (input,), params, queue, out, 2 if with_indices else 1)
+    return (got[0], got[1]) if with_indices else got[0]
+
+
+def adaptive_max_pool1d(
+    input: Tensor,
+    output_size,
+    return_indices: bool = False,
+    *,
+    index_dtype: object = "int64",
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """1-D adaptive max pooling, as torch.nn.functional.adaptive_max_pool1d; with
+    return_indices, also the index of each maximum along L (out=: a pair)."""
+    return _forward("adaptive_max_pool1d", 1, input, output_size, return_indices, index_dtype,
+                    device, queue, out)  # fmt: skip
+
+
+def adaptive_max_pool2d(
+    input: Tensor,
+    output_size,
+    return_indices: bool = False,
+    *,
+    index_dtype: object = "int64",
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """2-D adaptive max pooling, as torch.nn.functional.adaptive_max_pool2d; with
+    return_indices, also the flat h * W + w index of each maximum (out=: a pair)."""
+    return _forward("adaptive_max_pool2d", 2, input, output_size, return_indices, index_dtype,
+                    device, queue, out)  # fmt: skip
+
+
+def adaptive_max_pool3d(
+    input: Tensor,
+    output_size,
+    return_indices: bool = False,
+    *,
+    index_dtype: object = "int64",
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """3-D adaptive max pooling, as torch.nn.functional.adaptive_max_pool3d; with
+    return_indices, also the flat (d * H + h) * W + w index of each maximum (out=: a
+    pair)."""
+    return _forward("adaptive_max_pool3d", 3, input, output_size, return_indices, index_dtype,
+                    device, queue, out)  # fmt: skip
+
+
+def _plan_backward(where: Where, arrays: tuple, rank: int, device, queue) -> plans.Plan:
+    p, (n, c, *spatial) = ops._backward_planner(where, FAMILY, device, arrays, queue, rank)
+    grad, x, indices = p.arrays
+    shapes.expect_shape("grad_output", grad.shape[:-rank], x.shape[:-rank])
+    shapes.expect_shape("indices", indices.shape, grad.shape)
+    if indices.dtype not in ops.INDEX_BITS:
+        raise Problem(
+            PoolArgumentError, f"indices must be int64 or int32, got {indices.dtype.name}"
+        )
+    p.index_bits = ops.INDEX_BITS[indices.dtype]
+    (d, h, w), (od, oh, ow) = _volume(tuple(spatial)), _volume(tuple(grad.shape[-rank:]))
+    ops._check_index_range(p.index_bits, d * h * w)
+    p.specialize("adaptive_max_pool_backward", (d * h * w, od * oh * ow), planes=n * c)
+    p.output("grad_x", x.shape)
+    sizes = dict(D=d, H=h, W=w, OD=od, OH=oh, OW=ow)
+    # A CPU's plane per work-item, where cells do not outnumber the input's elements:
+    # on Debian's PoCL, [8,256,14,14] to 7x7 11.3 -> 0.7 ms, [8,64,56,56] to 7x7 39 -> 0.55
+    # ms; upsampling [8,64,14,14] to 28x28 1.3 -> 1.8-5.4 ms (so it gathers there).
+    if n * c and p.by_plane and od * oh * ow <= d * h * w:
+        p.step("adaptive_max_pool_backward_plane", (n * c,), local=(1,), **sizes)
+    elif n * c:
+        p.step("adaptive_max_pool_backward", (w, h, n * c * d), **sizes)
+    p.arrays = [_fold(a) for a in p.arrays]
+    return p.plan("grad_out", None, "indices")
+
+
+def _backward(label: str, rank: int, arrays: tuple, device, queue, out) -> Tensor:
+    return ops._run(label, _plan_backward, arrays, (rank, device), queue, out)[0]
+
+
+def adaptive_max_pool1d_backward(
+    grad_output: Tensor,
+    input: Tensor,
+    indices: Tensor,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """Gradient of adaptive_max_pool1d (return_indices=True) with respect to its input; the
+    output size is grad_output's."""
+    arrays = (grad_output, input, indices)
+    return _backward("adaptive_max_pool1d_backward", 1, arrays, device, queue, out)
+
+
+def adaptive_max_pool2d_backward(
+    grad_output: Tensor,
+    input: Tensor,
+    indices: Tensor,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """Gradient of adaptive_max_pool2d with respect to its input, as ATen's
+    adaptive_max_pool2d_backward; the output size is grad_output's."""
+    arrays = (grad_output, input, indices)
+    return _backward("adaptive_max_pool2d_backward", 2, arrays, device, queue, out)
+
+
+def adaptive_max_pool3d_backward(
+    grad_output: Tensor,
+    input: Tensor,
+    indices: Tensor,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """Gradient of adaptive_max_pool3d with respect to its input, as ATen's
+    adaptive_max_pool3d_backward; the output size is grad_output's."""
+    arrays = (grad_output, input, indices)
+    return _backward("adaptive_max_pool3d_backward", 3, arrays, device, queue, out)
