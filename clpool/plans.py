@@ -28,6 +28,8 @@ BFLOAT16_BITS = 17  # -DCLPOOL_DTYPE of bfloat16 (kernels_cl/clpool.h)
 def dtype_bits(dtype: np.dtype) -> int | None:
     """The -DCLPOOL_DTYPE value of `dtype`, or None for a dtype clpool does not take."""
     return BFLOAT16_BITS if is_bfloat16(dtype) else DTYPE_BITS.get(dtype)
+
+
 # The four windowed kernels, whose work-items take columns as well as rows.
 TILED = {"max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward", "avg_pool2d_backward"}
 TILED_FAMILIES = ("max", "avg")  # the SOURCES that hold them
