@@ -38,13 +38,11 @@ _size_opt_t = int | None | tuple[int | None, ...]
 
 
 def _host(t: torch.Tensor, label: str) -> np.ndarray:
-    """`t` as a C-contiguous host numpy array (a copy where it must be)."""
-    t = t.detach().cpu().contiguous()
-    if t.dtype == torch.bfloat16:  # numpy has no bfloat16: ml_dtypes' (extra "bfloat16")
-        with reporting(label) as where:
-            where.dtype = "bfloat16"
-            return _adopt.bfloat16_numpy(t)
-    return t.numpy()
+    """`t` as a C-contiguous host numpy array (a copy where it must be; bfloat16 as
+    ml_dtypes.bfloat16, extra "bfloat16"); a dtype numpy lacks is an UnsupportedDtypeError."""
+    with reporting(label) as where:
+        where.dtype = str(t.dtype).removeprefix("torch.")
+        return _adopt._from_tensor(t.cpu())
 
 
 def _channels_last(t: torch.Tensor) -> bool:
