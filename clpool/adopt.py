@@ -32,7 +32,7 @@ def _from_tensor(t: object) -> np.ndarray:
         return bfloat16_numpy(t)
     try:
         return t.numpy()
-    except TypeError as e:  # a dtype numpy lacks (bfloat16, ...)
+    except TypeError as e:  # a dtype numpy lacks (float8, ...)
         raise Problem(
             UnsupportedDtypeError, f"dtype {str(t.dtype).removeprefix('torch.')} is not "
             f"supported (float16, bfloat16, float32 or float64): {e}",
