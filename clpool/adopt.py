@@ -5,6 +5,7 @@ tensors, any other DLPack producer) and how its results go back, plus the checks
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyopencl as cl
@@ -28,7 +29,7 @@ def _from_tensor(t: object) -> np.ndarray:
             "(move it with .cpu(), or pass a pyopencl Array)",
         )
     t = t.detach().contiguous()  # type: ignore[attr-defined]
-    if str(t.dtype) == "torch.bfloat16":  # numpy has no bfloat16: its bits, as ml_dtypes'
+    if str(t.dtype) == "torch.bfloat16":  # type: ignore[attr-defined] # numpy has none
         return bfloat16_numpy(t)
     try:
         return t.numpy()
@@ -48,7 +49,7 @@ def bfloat16_numpy(t: object) -> np.ndarray:
     return t.view(torch.int16).numpy().view(dt)  # type: ignore[attr-defined]
 
 
-def bfloat16_tensor(a: np.ndarray) -> object:
+def bfloat16_tensor(a: np.ndarray) -> Any:
     """An ml_dtypes.bfloat16 array as a torch.bfloat16 tensor sharing its memory."""
     import torch
 
