@@ -420,3 +420,22 @@ def test_canary_runs_bfloat16(device):
     with policy.use():
         canary.run(device, "bfloat16")
     assert discovery.select() is not None
+
+
+def test_gpu_forms(build_options):
+    """As planned for a GPU (on this device): rows loaded as vload4 chunks (LOAD4), loops
+    unrolled, the adaptive band and global kernels."""
+    rng = np.random.default_rng(18)
+    x = data(rng, (2, 3, 36, 40), special=True)
+    y = data(rng, (2, 3, 36, 40))
+    with policy.use(gpu=True):
+        out, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1)
+        avg = clpool.avg_pool2d(y, 3, 1, 1)
+        cells = [clpool.adaptive_avg_pool2d(y, size) for size in (1, (2, 3), (5, 7))]
+    want, want_i = F.max_pool2d(tensor(x), 3, 2, 1, return_indices=True)
+    assert np.array_equal(bits(out), bits(want)) and np.array_equal(idx, want_i.numpy())
+    f32 = tensor(y).float()
+    assert_rounded_once(avg, F.avg_pool2d(f32, 3, 1, 1).numpy())
+    for got, size in zip(cells, (1, (2, 3), (5, 7)), strict=True):
+        assert_rounded_once(got, F.adaptive_avg_pool2d(f32, size).numpy(), size)
+    assert any("-DCLPOOL_VEC4" in options for options in build_options)
