@@ -322,7 +322,7 @@ def test_pyopencl_arrays_strided_too(device):
     queue = clpool.default_queue()
     rng = np.random.default_rng(15)
     host = data(rng, (2, 3, 8, 22), special=True)
-    host[0, 0, 0, 1] = from_bits([0xFF81])[0]  # a NaN payload, copied as it is
+    host[0, 0, 0, 1] = from_bits([0xFF81])[0]  # a negative NaN with a payload: 0x7FC0 out
     whole = cla.to_device(queue, host)
     view = whole[:, :, 1:, ::2]
     out, idx = clpool.max_pool2d_with_indices(view, 2, 1)
