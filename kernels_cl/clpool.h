@@ -44,9 +44,9 @@ typedef float acc_t;
 typedef float4 acc4_t;
 typedef float16 acc16_t;
 typedef uint16 lanes16_t;
-/* The float32 value nearest x in bfloat16 (its high 16 bits), ties to even: c10::BFloat16's
- * round_to_nearest_even bit for bit, so every NaN becomes the quiet NaN 0x7FC0 (as torch
- * CPU's pooling results are) and values past the largest bfloat16 round to inf. */
+/* The bfloat16 (the high 16 bits of a float) nearest x, ties to even: c10::BFloat16's
+ * round_to_nearest_even bit for bit, so every NaN becomes the quiet NaN 0x7FC0 (as in torch
+ * CPU's pooling results) and values past the largest bfloat16 round to inf. */
 #define BF16_NAN 0x7FC0u
 inline ushort bf16_round(float x)
 {
