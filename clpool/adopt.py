@@ -5,11 +5,13 @@ tensors, any other DLPack producer) and how its results go back, plus the checks
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
+from . import bfloat16
 from .errors import PoolArgumentError, Problem, UnsupportedDtypeError
 
 
@@ -27,13 +29,31 @@ def _from_tensor(t: object) -> np.ndarray:
             "(move it with .cpu(), or pass a pyopencl Array)",
         )
     t = t.detach().contiguous()  # type: ignore[attr-defined]
+    if str(t.dtype) == "torch.bfloat16":  # type: ignore[attr-defined] # numpy has none
+        return bfloat16_numpy(t)
     try:
         return t.numpy()
-    except TypeError as e:  # a dtype numpy lacks (bfloat16, ...)
+    except TypeError as e:  # a dtype numpy lacks (float8, ...)
         raise Problem(
             UnsupportedDtypeError, f"dtype {str(t.dtype).removeprefix('torch.')} is not "
-            f"supported (float16, float32 or float64): {e}",
+            f"supported (float16, bfloat16, float32 or float64): {e}",
         ) from None  # fmt: skip
+
+
+def bfloat16_numpy(t: object) -> np.ndarray:
+    """A contiguous CPU torch.bfloat16 tensor as an ml_dtypes.bfloat16 array sharing its
+    memory; an UnsupportedDtypeError without ml_dtypes."""
+    import torch
+
+    dt = bfloat16.dtype()
+    return t.view(torch.int16).numpy().view(dt)  # type: ignore[attr-defined]
+
+
+def bfloat16_tensor(a: np.ndarray) -> Any:
+    """An ml_dtypes.bfloat16 array as a torch.bfloat16 tensor sharing its memory."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
 
 
 def _from_dlpack(a: object) -> np.ndarray:
@@ -70,7 +90,8 @@ def tensors(results: list, like: object) -> list:
     last = like.dim() == 4 and like.is_contiguous(memory_format=torch.channels_last)  # type: ignore[attr-defined]
     out = []
     for r in results:
-        t = torch.from_numpy(np.ascontiguousarray(r))
+        is_bf16 = bfloat16.is_bfloat16(r.dtype)
+        t = bfloat16_tensor(r) if is_bf16 else torch.from_numpy(np.ascontiguousarray(r))
         if last and t.dim() == 4:
             t = t.contiguous(memory_format=torch.channels_last)
         out.append(t.to(like.device))  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ import pyopencl.array as cla
 
 import clpool
 
-from . import __version__, ops, shapes
+from . import __version__, adopt, bfloat16, ops, shapes
 from .discovery import Runtime
 
 OPS = (
@@ -173,13 +173,25 @@ def _out_hw(case: Case) -> tuple[int, int]:
     return tuple(shapes.output_size(side, k, s, pad, 1, False) for side in (h, w))
 
 
+def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Standard normal values in `dtype` (a name; bfloat16 is ml_dtypes')."""
+    return rng.standard_normal(shape).astype(bfloat16.as_dtype(dtype))
+
+
+def _tensor(a: np.ndarray):
+    """Host array `a` as a CPU torch tensor (bfloat16 as torch.bfloat16)."""
+    import torch
+
+    return adopt.bfloat16_tensor(a) if bfloat16.is_bfloat16(a.dtype) else torch.from_numpy(a)
+
+
 def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[dict, int]:
     """Device inputs of a case and the bytes the op must move (read once, write once)."""
     rng = np.random.default_rng(seed)
     n, c, h, w = case.shape
     oh, ow = _out_hw(case)
-    x = cla.to_device(rt.queue, rng.standard_normal(case.shape).astype(case.dtype))
-    grad = cla.to_device(rt.queue, rng.standard_normal((n, c, oh, ow)).astype(case.dtype))
+    x = cla.to_device(rt.queue, _data(rng, case.shape, case.dtype))
+    grad = cla.to_device(rt.queue, _data(rng, (n, c, oh, ow), case.dtype))
     big, small = x.nbytes, grad.nbytes
     if case.op == "max_pool2d_with_indices_backward":
         _, indices = ops.max_pool2d_with_indices(x, **case.params)
@@ -265,8 +277,8 @@ def time_torch(case: Case, where: str, loops: int, min_time: float = MIN_TIME) -
     rng = np.random.default_rng(0)
     n, c, _, _ = case.shape
     oh, ow = _out_hw(case)
-    x = torch.from_numpy(rng.standard_normal(case.shape).astype(case.dtype)).to(where)
-    grad = torch.from_numpy(rng.standard_normal((n, c, oh, ow)).astype(case.dtype)).to(where)
+    x = _tensor(_data(rng, case.shape, case.dtype)).to(where)
+    grad = _tensor(_data(rng, (n, c, oh, ow), case.dtype)).to(where)
     t = dict(x=x, grad_output=grad)
     if case.op == "max_pool2d_with_indices_backward":
         p = case.params

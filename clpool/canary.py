@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import adaptive_max, capabilities, check, discovery, ops, policy, unpool, verify
+from . import adaptive_max, bfloat16, check, discovery, ops, policy, unpool, verify
 from . import reference as ref
 
 # max_pool2d, avg_pool2d: (kernel_size, stride, padding); a stride of 1, 2 and 3 takes
@@ -130,7 +130,7 @@ def stages(device) -> list[tuple[np.dtype, bool | None, bool, tuple]]:
     arguments: each kernel form whatever the window), and float32 also as small windows
     build by default (one window: each further one is one more build of the same form). A
     CPU runs both its kernels, per plane and tiled."""
-    dtypes = [np.dtype(name) for name in capabilities.dtypes(device)]
+    dtypes = [bfloat16.as_dtype(name) for name in verify.dtypes_to_verify(device)]
     paths = [None] if policy.current().on_gpu(device) else [True, False]
     found = [(dt, path, False, WINDOWS) for dt in dtypes for path in paths]
     return found + [(dtypes[0], path, True, WINDOWS[:1]) for path in paths]

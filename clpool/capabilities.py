@@ -42,6 +42,12 @@ def has_fp64(device: cl.Device) -> bool:
     return bool({"cl_khr_fp64", "__opencl_c_fp64"} & _features(device))
 
 
+def has_bf16(device: cl.Device) -> bool:
+    """True: bfloat16 is stored as ushort and computed in float32 with core OpenCL C only
+    (shifts and integer rounding), so every device takes it."""
+    return True
+
+
 def fp16_storage_opt_in() -> bool:
     """True when CLPOOL_FP16=storage allows half storage on a device without cl_khr_fp16."""
     return policy.current().fp16_storage
@@ -49,10 +55,12 @@ def fp16_storage_opt_in() -> bool:
 
 def dtypes(device: cl.Device) -> list[str]:
     """The dtypes clpool runs on the device: float32; float64 with fp64; float16 with fp16,
-    or anywhere with CLPOOL_FP16=storage."""
+    or anywhere with CLPOOL_FP16=storage; bfloat16 everywhere."""
     found = ["float32"]
     if has_fp64(device):
         found.append("float64")
     if has_fp16(device) or fp16_storage_opt_in():
         found.append("float16")
+    if has_bf16(device):
+        found.append("bfloat16")
     return found

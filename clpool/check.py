@@ -16,6 +16,11 @@ Tolerances:
   that rounding plus the float32 arithmetic, and no more than about two units in the last
   place. The reference is fed the very half values the device sees, so input rounding is
   not part of the error.
+- bfloat16: 4e-3. The same with bfloat16's 8-bit significand: a correctly rounded result
+  is within half a unit in the last place, 2^-8 = 3.9e-3 relative (for |x| >= 1, absolute
+  below). The float32 arithmetic adds at most about 1e-5 on these cases' sums, so 4e-3
+  allows one correct rounding but not a truncation (up to a whole unit, 2^-7 = 7.8e-3).
+  Max pooling is bit-exact; every NaN result is the quiet NaN 0x7FC0, as torch's.
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import adaptive_max, ops, unpool
+from . import adaptive_max, bfloat16, ops, unpool
 from . import reference as ref
+from .errors import reporting
 
-TOLERANCE = {"float16": 1e-3, "float32": 1e-5, "float64": 1e-12}
+TOLERANCE = {"float16": 1e-3, "bfloat16": 4e-3, "float32": 1e-5, "float64": 1e-12}
 SEED = 20240
 
 
@@ -134,7 +140,11 @@ def run(device: object = None, dtype: object = "float32") -> list[Row]:
     """Check every op on `device` (as the ops' device= argument) in `dtype`.
 
     A dtype or device the ops reject raises their PoolError."""
-    dt = np.dtype(dtype)
+    if dtype == bfloat16.NAME:
+        with reporting("check") as where:  # without ml_dtypes: UnsupportedDtypeError
+            where.dtype = dtype
+            dtype = bfloat16.dtype()
+    dt = np.dtype(dtype)  # type: ignore[call-overload]
     if dt.name not in TOLERANCE:  # let an op refuse it, through the one error handler
         ops.max_pool2d(np.zeros((1, 1, 2, 2), dt), 2, device=device)
         raise RuntimeError(f"max_pool2d accepted the unsupported dtype {dt.name}")

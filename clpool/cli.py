@@ -13,7 +13,7 @@ import click
 import numpy as np
 import pyopencl as cl
 
-from . import __version__, discovery, plans, programs, verify
+from . import __version__, bfloat16, discovery, plans, programs, verify
 from .errors import KernelError, PoolError, reporting
 
 
@@ -63,10 +63,11 @@ def devices(as_json: bool, no_verify: bool) -> None:
         click.echo("no OpenCL device found (pip install 'clpool[pocl]' gives a CPU device)")
         sys.exit(1)
     headers = ["#", "platform", "device", "type", "OpenCL", "driver", "CUs", "memory"]
-    headers += ["fp16", "fp64", "verdict"]
+    headers += ["fp16", "bf16", "fp64", "verdict"]
     rows = [
         [f"{d.index}{'*' if d.default else ''}", d.platform, d.name, d.type, d.opencl_version]
-        + [d.driver_version, d.compute_units, _gib(d.global_mem), _yes(d.fp16), _yes(d.fp64)]
+        + [d.driver_version, d.compute_units, _gib(d.global_mem), _yes(d.fp16), _yes(d.bf16)]
+        + [_yes(d.fp64)]
         + [d.verdict]
         for d in found
     ]
@@ -88,7 +89,9 @@ def _yes(flag: bool) -> str:
     "device_spec",
     help="Device index or name (default: CLPOOL_DEVICE, else the first GPU, else the first CPU).",
 )
-@click.option("--dtype", default="float32", show_default=True, help="float32, float16 or float64.")
+@click.option(
+    "--dtype", default="float32", show_default=True, help="float32, float16, bfloat16 or float64."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def check(device_spec: str | None, dtype: str, as_json: bool) -> None:
     """Run every op on the device against the float64 reference.
@@ -97,10 +100,7 @@ def check(device_spec: str | None, dtype: str, as_json: bool) -> None:
     exist or a dtype the device lacks."""
     from . import check as checker
 
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise click.BadParameter(f"not a dtype: {dtype!r}", param_hint="--dtype") from None
+    dt = _dtype_or_exit(dtype, "check")
     d = _device_or_exit(device_spec, "check")
     try:
         rows = checker.run(d, dt)
@@ -140,7 +140,7 @@ def check(device_spec: str | None, dtype: str, as_json: bool) -> None:
 )
 @click.option(
     "--dtype",
-    type=click.Choice(["float32", "float16", "float64"]),
+    type=click.Choice(["float32", "float16", "bfloat16", "float64"]),
     default="float32",
     show_default=True,
     help="The inputs' dtype.",
@@ -184,7 +184,7 @@ def bench(
         raise click.UsageError("--plot needs matplotlib: pip install 'clpool[plot]'")
     rt = discovery.runtime(_device_or_exit(device_spec, "bench"))
     cpu = not rt.device.type & cl.device_type.GPU
-    problem = plans.dtype_problem(np.dtype(dtype), rt.device)
+    problem = plans.dtype_problem(_dtype_or_exit(dtype, "bench"), rt.device)
     if problem:
         click.echo(f"bench: {problem}", err=True)
         sys.exit(2)
@@ -246,6 +246,23 @@ def _bench_text(report: dict) -> str:
 def _rate(gbps: float) -> str:
     """GB/s as whole numbers, with two decimals below 10."""
     return f"{gbps:.0f}" if gbps >= 10 else f"{gbps:.2f}"
+
+
+def _dtype_or_exit(name: str, command: str) -> np.dtype:
+    """The dtype `name` (bfloat16: ml_dtypes'), or the one handler's message and exit 2 where
+    ml_dtypes is missing."""
+    if name != bfloat16.NAME:
+        try:
+            return np.dtype(name)
+        except TypeError:
+            raise click.BadParameter(f"not a dtype: {name!r}", param_hint="--dtype") from None
+    try:
+        with reporting(command) as where:
+            where.dtype = name
+            return bfloat16.dtype()
+    except PoolError as e:
+        click.echo(str(e), err=True)
+        sys.exit(2)
 
 
 def _device_or_exit(spec: str | None, command: str) -> cl.Device:

@@ -12,7 +12,7 @@ from typing import TypeVar
 import pyopencl as cl
 
 from . import icd, verify
-from .capabilities import has_fp16, has_fp64, query
+from .capabilities import has_bf16, has_fp16, has_fp64, query
 from .errors import KernelError, PoolArgumentError, PoolError, Problem
 
 Named = TypeVar("Named", cl.Device, cl.Platform)
@@ -39,6 +39,7 @@ class DeviceInfo:
     local_mem: int
     max_work_group_size: int
     fp16: bool
+    bf16: bool  # bfloat16 storage computed in float32: every device
     fp64: bool
     verdict: str  # verify.VERIFIED, FAILED or UNVERIFIED
     reason: str  # why it failed, else ""
@@ -85,6 +86,7 @@ def describe(device: cl.Device, index: int, default: bool = False) -> DeviceInfo
         local_mem=device.local_mem_size,
         max_work_group_size=device.max_work_group_size,
         fp16=has_fp16(device),
+        bf16=has_bf16(device),
         fp64=has_fp64(device),
         verdict=verdict.status,
         reason=verdict.reason,

@@ -13,6 +13,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from . import kernels, policy, programs, quirks
+from .bfloat16 import is_bfloat16
 from .capabilities import has_fp16, has_fp64
 from .discovery import Runtime, choose, require, runtime
 from .errors import PoolArgumentError, Problem, UnsupportedDtypeError, Where
@@ -23,6 +24,14 @@ SOURCES = {"max": "max_pool.cl", "avg": "avg_pool.cl", "adaptive": "adaptive_poo
 SOURCES["unpool"] = "unpool.cl"
 SOURCES["adaptive_max"] = "adaptive_max_pool.cl"
 DTYPE_BITS = {np.dtype(np.float16): 16, np.dtype(np.float32): 32, np.dtype(np.float64): 64}
+BFLOAT16_BITS = 17  # -DCLPOOL_DTYPE of bfloat16 (kernels_cl/clpool.h)
+
+
+def dtype_bits(dtype: np.dtype) -> int | None:
+    """The -DCLPOOL_DTYPE value of `dtype`, or None for a dtype clpool does not take."""
+    return BFLOAT16_BITS if is_bfloat16(dtype) else DTYPE_BITS.get(dtype)
+
+
 # The four windowed kernels, whose work-items take columns as well as rows.
 TILED = {"max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward", "avg_pool2d_backward"}
 TILED_FAMILIES = ("max", "avg")  # the SOURCES that hold them
@@ -76,9 +85,9 @@ def ndrange(device: cl.Device, cols: int, rows: int, planes: int) -> tuple[tuple
 
 def dtype_problem(dtype: np.dtype, device: cl.Device) -> str | None:
     """Why `device` cannot run `dtype`, or None."""
-    bits = DTYPE_BITS.get(dtype)
+    bits = dtype_bits(dtype)
     if bits is None:
-        return f"dtype {dtype.name} is not supported (float16, float32 or float64)"
+        return f"dtype {dtype.name} is not supported (float16, bfloat16, float32 or float64)"
     if bits == 64 and not has_fp64(device):
         return "the device lacks cl_khr_fp64, so float64 is not supported there"
     if bits == 16 and not (has_fp16(device) or policy.current().fp16_storage):
@@ -177,7 +186,9 @@ class Planner:
         input `width`: a small window whose tiles start at multiples of four columns of a
         row of a multiple of four then loads rows as vectors."""
         device, pol = self.rt.device, self.policy
-        self.by_plane = planes is not None and pol.by_plane(device, self.dtype, planes)
+        self.by_plane = planes is not None and pol.by_plane(
+            device, self.dtype, planes, "backward" in tuned_as
+        )
         stride1 = win is not None and (win.sh, win.sw) == (1, 1)
         # No tile per plane: for most windows, a backward op runs in its forward's program.
         self.rows, self.cols = (1, 1) if self.by_plane else pol.tile(device, tuned_as, stride1)
@@ -210,7 +221,7 @@ class Planner:
         # with columns would be the same program built twice.
         cols = self.cols if self.family in TILED_FAMILIES else 1
         options = (
-            f"-DCLPOOL_DTYPE={DTYPE_BITS[self.dtype]}",
+            f"-DCLPOOL_DTYPE={dtype_bits(self.dtype)}",
             f"-DCLPOOL_INDEX={self.index_bits}",
             f"-DCLPOOL_ROWS={self.rows}",
             f"-DCLPOOL_COLS={cols}",

@@ -84,10 +84,14 @@ class Policy:
         """Whether kernels and tiles are chosen for a GPU on `device`."""
         return self.gpu if self.gpu is not None else bool(device.type & cl.device_type.GPU)
 
-    def by_plane(self, device: cl.Device, dtype: np.dtype, planes: int) -> bool:
-        """Whether an op runs one work-item per plane (a CPU, float32 or float64, and two
-        planes or more per core), rather than one per tile of its output."""
-        if dtype == np.float16:
+    def by_plane(
+        self, device: cl.Device, dtype: np.dtype, planes: int, backward: bool = False
+    ) -> bool:
+        """Whether an op runs one work-item per plane (a CPU, float32 or float64, bfloat16's
+        forward ops, and two planes or more per core), rather than one per tile of its
+        output. A `backward` kernel per plane adds into its output in memory, which a
+        16-bit dtype would round at every addition, not once."""
+        if dtype == np.float16 or (backward and dtype.itemsize < 4):
             return False
         if self.per_plane is not None:
             return self.per_plane

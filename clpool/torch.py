@@ -17,9 +17,11 @@ import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
 
 from clpool import adaptive_max as _adaptive_max
+from clpool import adopt as _adopt
 from clpool import ops as _ops
 from clpool import unpool as _unpool
-from clpool.errors import Problem, UnsupportedDtypeError, reporting
+from clpool.bfloat16 import is_bfloat16
+from clpool.errors import reporting
 
 __all__ = [
     "AdaptiveAvgPool2d",
@@ -44,16 +46,11 @@ _size_opt_t = int | None | tuple[int | None, ...]
 
 
 def _host(t: torch.Tensor, label: str) -> np.ndarray:
-    """`t` as a C-contiguous host numpy array (a copy where it must be)."""
-    t = t.detach().cpu().contiguous()
-    if t.dtype == torch.bfloat16:  # numpy has no bfloat16: clpool refuses it for now
-        with reporting(label) as where:
-            where.dtype = "bfloat16"
-            raise Problem(
-                UnsupportedDtypeError,
-                "dtype bfloat16 is not supported (float16, float32 or float64)",
-            )
-    return t.numpy()
+    """`t` as a C-contiguous host numpy array (a copy where it must be; bfloat16 as
+    ml_dtypes.bfloat16, extra "bfloat16"); a dtype numpy lacks is an UnsupportedDtypeError."""
+    with reporting(label) as where:
+        where.dtype = str(t.dtype).removeprefix("torch.")
+        return _adopt._from_tensor(t.cpu())
 
 
 def _channels_last(t: torch.Tensor) -> bool:
@@ -67,7 +64,8 @@ def _channels_last(t: torch.Tensor) -> bool:
 
 def _tensor(a: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     """Host result `a` as a tensor on `like`'s torch device, in `like`'s memory format."""
-    t = torch.from_numpy(np.ascontiguousarray(a))
+    bf16 = is_bfloat16(a.dtype)
+    t = _adopt.bfloat16_tensor(a) if bf16 else torch.from_numpy(np.ascontiguousarray(a))
     if _channels_last(like):
         t = t.contiguous(memory_format=torch.channels_last)
     return t.to(like.device)

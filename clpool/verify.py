@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyopencl as cl
 
-from . import programs, quirks
+from . import bfloat16, programs, quirks
 from ._version import __version__
 from .capabilities import dtypes, fp16_storage_opt_in
 
@@ -60,9 +60,16 @@ def _sources_hash() -> str:
 def key(device: cl.Device) -> str:
     """The identity a verdict holds for. PoCL names its compiler's target in the device
     version; the kernel sources are hashed, so an edited kernel is verified again; float16
-    is verified where the device takes it."""
+    is verified where the device takes it, bfloat16 where ml_dtypes is installed."""
     found = " | ".join((device_key(device), *quirks.options(device)))  # the forms it runs
-    return found + (" | CLPOOL_FP16=storage" if fp16_storage_opt_in() else "")
+    found += " | CLPOOL_FP16=storage" if fp16_storage_opt_in() else ""
+    return found + (" | bfloat16" if bfloat16.available() else "")
+
+
+def dtypes_to_verify(device: cl.Device) -> list[str]:
+    """The dtypes the canary runs on `device`: those it takes, bfloat16 only where ml_dtypes
+    is installed (without it no bfloat16 reaches a kernel)."""
+    return [d for d in dtypes(device) if d != bfloat16.NAME or bfloat16.available()]
 
 
 @cache
@@ -167,7 +174,7 @@ def _run_canary(device: cl.Device, index: int) -> Verdict:
     """Run the canary, one child process per dtype at once; the first failure is the
     verdict."""
     children = []
-    for dtype in dtypes(device):
+    for dtype in dtypes_to_verify(device):
         command = [sys.executable, *CANARY, str(index), key(device), dtype]
         try:
             children.append(

@@ -3,8 +3,11 @@
  * except cl_khr_fp64 for double.
  *
  * Build options:
- *   -DCLPOOL_DTYPE=16|32|64   element type in memory: half (computed in float),
- *                             float or double
+ *   -DCLPOOL_DTYPE=16|17|32|64   element type in memory: half or bfloat16 (both
+ *                             computed in float), float or double. bfloat16 (17: 16 bits,
+ *                             the second such type) is stored as ushort: loads shift it
+ *                             into a float's high bits, stores round to nearest even as
+ *                             torch's c10::BFloat16 does (below)
  *   -DCLPOOL_INDEX=32|64      index type of max pooling: int or long
  *   -DCLPOOL_ROWS=n           rows per work-item (below)
  *   -DCLPOOL_COLS=n           columns per work-item of the windowed kernels (below)
@@ -35,6 +38,35 @@ typedef uint16 lanes16_t; /* shuffle masks of acc16_t */
 #define LOAD16(p, i) vload_half16(0, (p) + (i))
 #define STORE(p, i, v) vstore_half_rte((v), (i), (p))
 #define STORE16(p, i, v) vstore_half16_rte((v), 0, (p) + (i))
+#elif CLPOOL_DTYPE == 17
+typedef ushort elem_t;
+typedef float acc_t;
+typedef float4 acc4_t;
+typedef float16 acc16_t;
+typedef uint16 lanes16_t;
+/* The bfloat16 (the high 16 bits of a float) nearest x, ties to even: c10::BFloat16's
+ * round_to_nearest_even bit for bit, so every NaN becomes the quiet NaN 0x7FC0 (as in torch
+ * CPU's pooling results) and values past the largest bfloat16 round to inf. */
+#define BF16_NAN 0x7FC0u
+inline ushort bf16_round(float x)
+{
+    uint u = as_uint(x);
+    return isnan(x) ? (ushort)BF16_NAN : (ushort)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+inline ushort16 bf16_round16(float16 x)
+{
+    uint16 u = as_uint16(x);
+    uint16 r = select((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16, (uint16)BF16_NAN, isnan(x));
+    return convert_ushort16(r);
+}
+#define LOAD(p, i) as_float((uint)(p)[i] << 16)
+#define LOAD4(p, i) as_float4(convert_uint4(vload4(0, (p) + (i))) << 16)
+#define LOAD16(p, i) as_float16(convert_uint16(vload16(0, (p) + (i))) << 16)
+#define STORE(p, i, v) ((p)[i] = bf16_round(v))
+#define STORE16(p, i, v) vstore16(bf16_round16(v), 0, (p) + (i))
+/* The contiguous copy moves the 16 bits as they are. */
+#define COPY_LOAD(p, i) ((p)[i])
+#define COPY_STORE(p, i, v) ((p)[i] = (v))
 #elif CLPOOL_DTYPE == 64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 typedef double elem_t;
@@ -369,6 +401,10 @@ inline pos_t avg_divisor(int hs, int ws, int kh, int kw, int H, int W, int ph, i
  * program than its op's. */
 #define IDENTITY_LOAD(p, i) ((p)[i])
 #define IDENTITY_STORE(p, i, v) ((p)[i] = (v))
+#ifndef COPY_LOAD
+#define COPY_LOAD LOAD
+#define COPY_STORE STORE
+#endif
 #define CONTIGUOUS_KERNEL(name, T, load, store)                                    \
 __kernel void name(__global const T *in, __global T *out, long offset,              \
                    int C, int H, int W, long sn, long sc, long sh, long sw)        \
@@ -381,5 +417,5 @@ __kernel void name(__global const T *in, __global T *out, long offset,          
         store(out, (plane * H + h) * W + w,                                        \
               load(in, offset + n * sn + c * sc + h * sh + w * sw));               \
 }
-CONTIGUOUS_KERNEL(clpool_contiguous, elem_t, LOAD, STORE)
+CONTIGUOUS_KERNEL(clpool_contiguous, elem_t, COPY_LOAD, COPY_STORE)
 CONTIGUOUS_KERNEL(clpool_contiguous_index, index_t, IDENTITY_LOAD, IDENTITY_STORE)

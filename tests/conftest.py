@@ -131,4 +131,7 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, launch
                 if n.startswith(("max_pool2d_", "avg_pool2d_", "adaptive_avg_pool2d_backward"))]
     assert windowed
     for name, dtype in windowed:
-        assert name.endswith("_plane") == (plane and dtype != np.float16), name
+        # 16-bit backward kernels per plane would round at each addition: bfloat16 and
+        # float16 backward always run tiled, float16 forward too
+        tiled = dtype == np.float16 or (dtype.itemsize == 2 and "backward" in name)
+        assert name.endswith("_plane") == (plane and not tiled), name

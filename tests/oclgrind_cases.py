@@ -4,7 +4,7 @@ tests/test_oclgrind.py runs this file in a subprocess whose environment register
 (OCL_ICD_VENDORS, OCLGRIND_* flags, CLPOOL_DEVICE=oclgrind) and reads its stderr, where
 Oclgrind writes its diagnostics. Run by hand:
 
-    python tests/oclgrind_cases.py [--dtype float32|float64] [--only SUBSTRING]
+    python tests/oclgrind_cases.py [--dtype float32|float64|bfloat16] [--only SUBSTRING]
 
 Before each case it writes a line `=== case NAME` to stderr, so that a diagnostic can be
 traced to its case. Every result is compared with clpool.reference (float64); a mismatch
@@ -26,7 +26,7 @@ CPU kernels: the max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAP
 clpool_contiguous (non-contiguous device arrays), adaptive_max_pool_forward (with and
 without indices, int32 and int64) and adaptive_max_pool_backward and its `_plane` twin
 (including indices outside the volume), max_unpool_clear/claim/scatter/gather
-(unpool_cases), in float32 and float64.
+(unpool_cases), in float32 and float64; and a few of them in bfloat16 (bfloat16_cases).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Iterator
+from itertools import islice
 
 import numpy as np
 import pyopencl as cl
@@ -41,7 +42,7 @@ import pyopencl._cl as _cl
 import pyopencl.array as cla
 
 import clpool
-from clpool import discovery, policy, verify
+from clpool import bfloat16, check, discovery, policy, verify
 from clpool import reference as ref
 
 Case = tuple[str, Callable[[np.dtype], list[tuple[str, object, object]]]]
@@ -325,6 +326,30 @@ def plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
            lambda: ref.avg_pool2d_backward(grad, x, (17, 18), 3))
 
 
+def bfloat16_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    """bfloat16's tiny run: the first max and average windows (NaN, -inf and ties in the
+    max input), adaptive shrinking, a strided copy and the CPU kernels' 16-lane rows;
+    nothing for the other dtypes (FAMILIES covers them)."""
+    if dtype.name != "bfloat16":
+        return
+    yield from islice(max_cases(dtype), 3)  # values; with int64 indices; their backward
+    yield from islice(avg_cases(dtype), 2)  # forward and backward
+    yield from adaptive_cases(dtype, ADAPTIVE[:1])
+    yield from islice(strided_cases(dtype), 1)
+    x = _data((1, 1, 2, 40), dtype, 900)
+    x[0, 0, 0, :3] = (np.nan, -np.inf, 1)
+    yield (
+        "plane/max_pool2d_with_indices/wide",
+        _as_cpu(lambda: clpool.max_pool2d_with_indices(x, 2, 1)),
+        lambda: ref.max_pool2d_with_indices(x, 2, 1),
+    )
+    yield (
+        "plane/avg_pool2d/wide",
+        _as_cpu(lambda: clpool.avg_pool2d(x, (1, 3), 1, (0, 1))),
+        lambda: ref.avg_pool2d(x, (1, 3), 1, (0, 1)),
+    )
+
+
 def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None:
     """None when `got` matches the float64 reference `want`, else a description."""
     if isinstance(want, tuple):
@@ -354,7 +379,9 @@ def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None
             return f"values differ:\n{got}\nwant\n{want}"
         return None
     rtol, atol = (1e-5, 1e-6) if dtype == np.float32 else (1e-12, 1e-13)
-    if not np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
+    if dtype.name == "bfloat16":  # clpool.check's bound, relative to max(|want|, 1)
+        rtol = atol = check.TOLERANCE["bfloat16"]
+    if not np.allclose(got.astype(np.float64), want, rtol=rtol, atol=atol, equal_nan=True):
         return f"values differ:\n{got}\nwant\n{want}"
     return None
 
@@ -413,6 +440,7 @@ def unpool_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 
 
 FAMILIES += (unpool_cases,)
+TINY = {"bfloat16": (bfloat16_cases,)}  # dtypes that run only their own few cases
 
 _launched: set[str] = set()
 _kept: list[cl.Buffer] = []
@@ -444,7 +472,7 @@ def _keep_buffers() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dtype", action="append", choices=("float32", "float64"))
+    parser.add_argument("--dtype", action="append", choices=("float32", "float64", "bfloat16"))
     parser.add_argument("--only", default="", help="run the cases whose name contains this")
     parser.add_argument("--keep-buffers", action="store_true",
                         help="release no buffer until exit (Oclgrind shadow-memory workaround)")
@@ -452,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     _record_launches()
     if opts.keep_buffers:
         _keep_buffers()
-    dtypes = [np.dtype(t) for t in (opts.dtype or ("float32", "float64"))]
+    dtypes = [bfloat16.as_dtype(t) for t in (opts.dtype or ("float32", "float64"))]
     device = discovery.choose()
     # These cases run every kernel under the simulator's checks: they are the canary here
     # (clpool's own would run its stages under those checks too, for minutes).
@@ -461,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = ran = 0
     for dtype in dtypes:
         _launched.clear()
-        for family in FAMILIES:
+        for family in TINY.get(dtype.name, FAMILIES):
             for name, run, expect in family(dtype):
                 full = f"{dtype.name}/{name}"
                 if opts.only not in full:

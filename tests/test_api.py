@@ -252,7 +252,7 @@ def test_bad_tensors_are_argument_or_dtype_errors():
     with pytest.raises(PoolArgumentError, match="meta"):
         clpool.max_pool2d(torch.empty(1, 1, 4, 4, device="meta"), 2)
     with pytest.raises(UnsupportedDtypeError):
-        clpool.max_pool2d(torch.ones(1, 1, 4, 4, dtype=torch.bfloat16), 2)
+        clpool.max_pool2d(torch.ones(1, 1, 4, 4, dtype=torch.float8_e4m3fn), 2)
     with pytest.raises(UnsupportedDtypeError):
         clpool.avg_pool2d(torch.ones(1, 1, 4, 4, dtype=torch.int32), 2)
 

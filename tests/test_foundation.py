@@ -36,6 +36,7 @@ FIELDS = {
     "local_mem": int,
     "max_work_group_size": int,
     "fp16": bool,
+    "bf16": bool,
     "fp64": bool,
     "verdict": str,
     "reason": str,
@@ -591,7 +592,7 @@ def test_cli_devices_table():
     header, rows = _parse_table(result.stdout)
     normal = [h.lower() for h in header]
     assert normal == ["#", "platform", "device", "type", "opencl", "driver", "cus", "memory",
-                      "fp16", "fp64", "verdict"]
+                      "fp16", "bf16", "fp64", "verdict"]
     found = clpool.devices()
     assert len(rows) == len(found)
     assert sum(d.default for d in found) <= 1
@@ -602,8 +603,8 @@ def test_cli_devices_table():
         assert row[4] == d.opencl_version and row[5] == d.driver_version
         assert row[6] == str(d.compute_units)
         assert re.fullmatch(r"\d+(\.\d+)? [KMGT]i?B", row[7]), row[7]
-        assert row[8:10] == [yes[d.fp16], yes[d.fp64]]
-        assert row[10] == d.verdict and d.verdict in {"verified", "failed"}
+        assert row[8:11] == [yes[d.fp16], yes[d.bf16], yes[d.fp64]]
+        assert row[11] == d.verdict and d.verdict in {"verified", "failed"}
 
 
 def test_cli_devices_json():

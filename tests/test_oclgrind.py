@@ -128,6 +128,22 @@ def test_every_kernel_clean_under_oclgrind(oclgrind: dict[str, str], dtype: str,
     assert not missing, f"kernels no Oclgrind case runs: {sorted(missing)}"
 
 
+def test_bfloat16_clean_under_oclgrind(oclgrind: dict[str, str]) -> None:
+    """A few bfloat16 cases (oclgrind_cases.bfloat16_cases): loads, rounding stores, the
+    16-lane CPU rows and the bit copy, with every check on."""
+    pytest.importorskip("ml_dtypes")
+    proc = run_cases(oclgrind, "--dtype", "bfloat16", "--keep-buffers")
+    assert proc.stdout.startswith("device: Oclgrind"), proc.stdout + proc.stderr
+    found = diagnostics(proc.stderr)
+    assert not found, f"{len(found)} Oclgrind diagnostics:\n\n" + "\n\n".join(found[:5])
+    assert proc.returncode == 0 and "MISMATCH" not in proc.stdout, proc.stdout + proc.stderr
+    launched = re.search(r"^launched bfloat16: (.*)$", proc.stdout, re.MULTILINE)
+    assert launched, proc.stdout
+    assert {"max_pool2d_forward_plane", "avg_pool2d_forward_plane", "clpool_contiguous"} <= set(
+        launched.group(1).split(",")
+    )
+
+
 def test_diagnostics_are_caught(oclgrind: dict[str, str], tmp_path: Path) -> None:
     """The stderr parser sees a real Oclgrind diagnostic (an out-of-bounds write)."""
     script = tmp_path / "bad.py"

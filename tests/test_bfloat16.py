@@ -1,0 +1,441 @@
+"""bfloat16 storage computed in float32, every op forward and backward: max pooling (values
+and indices) bit for bit against PyTorch CPU's bfloat16 result and the float32 computation
+rounded once; averages and every backward equal to the float32 result rounded once (within
+one unit where float32 sums in another order) and within check.TOLERANCE of the float64
+reference; PyTorch's bfloat16 results within one unit (forward, float32 sums) or within
+its own error (backward, bfloat16 sums). Rounding edge cases (ties to even, overflow to
+inf, NaN, -inf, subnormals); numpy, pyopencl and torch inputs, clpool.torch's autograd;
+bfloat16 refused with its remedy where ml_dtypes is missing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pyopencl.array as cla
+import pytest
+from click.testing import CliRunner
+
+import clpool
+from clpool import check, discovery, policy
+from clpool import reference as ref
+from clpool.cli import main
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+BF16 = np.dtype(ml_dtypes.bfloat16)
+TOL = check.TOLERANCE["bfloat16"]
+QNAN = 0x7FC0  # c10::BFloat16's NaN: every NaN result
+
+
+# ---------------------------------------------------------------- rounding oracle
+
+
+def bits(a) -> np.ndarray:
+    """The 16 bits of a bfloat16 array or tensor, as uint16."""
+    if isinstance(a, torch.Tensor):
+        return a.detach().contiguous().view(torch.int16).numpy().view(np.uint16)
+    a = a.get() if isinstance(a, cla.Array) else np.asarray(a)
+    assert a.dtype == BF16, a.dtype
+    return np.ascontiguousarray(a).view(np.uint16)
+
+
+def from_bits(b) -> np.ndarray:
+    return np.asarray(b, np.uint16).view(BF16)
+
+
+def rne(f) -> np.ndarray:
+    """float32 values rounded to bfloat16, ties to even, NaN -> 0x7FC0: c10's
+    round_to_nearest_even (torch/headeronly/util/BFloat16.h), written from its definition."""
+    f = np.asarray(f, np.float32)
+    u = f.view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return from_bits(np.where(np.isnan(f), np.uint16(QNAN), r))
+
+
+def tensor(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+
+
+def ulps(a, b) -> np.ndarray:
+    """|a - b| in bfloat16 units (a and b finite or inf; -0 and +0 equal)."""
+
+    def order(x):
+        x = bits(x).astype(np.int32)
+        return np.where(x & 0x8000, -(x & 0x7FFF), x)
+
+    return np.abs(order(a) - order(b))
+
+
+def assert_rounded_once(got, f32, context="", allowed=0.02) -> None:
+    """`got` is the float32 result `f32` (torch's float32 computation, which may sum in
+    another order) rounded once: equal bits, except where the two float32 sums round
+    differently, by one unit, on at most `allowed` of the elements."""
+    want = rne(f32)
+    g, w = bits(got), bits(want)
+    nan = np.isnan(np.asarray(want, np.float32))
+    assert np.array_equal(np.isnan(from_bits(g).astype(np.float32)), nan), context
+    assert (g[nan] == QNAN).all(), context
+    d = ulps(np.where(nan, 0, g).astype(np.uint16).view(BF16),
+             np.where(nan, 0, w).astype(np.uint16).view(BF16))  # fmt: skip
+    assert d.max(initial=0) <= 1, (context, d.max())
+    assert (d > 0).mean() <= allowed if d.size else True, (context, (d > 0).mean())
+
+
+def data(rng: np.random.Generator, shape, special: bool = False) -> np.ndarray:
+    x = rng.standard_normal(shape) * 4
+    if special:
+        x = np.where(rng.random(shape) < 0.3, np.round(x), x)  # ties
+        x[rng.random(shape) < 0.04] = np.nan
+        x[rng.random(shape) < 0.04] = -np.inf
+    return x.astype(BF16)
+
+
+def test_oracle_is_c10s_rule():
+    """rne agrees with ml_dtypes' float32 -> bfloat16 on every finite value and inf (a
+    random sample and every boundary), and torch's pooling gives NaN as 0x7FC0."""
+    rng = np.random.default_rng(1)
+    u = rng.integers(0, 2**32, 200000, dtype=np.uint64).astype(np.uint32)
+    edges = (np.arange(2**16, dtype=np.uint32) << 16) | np.uint32(0x8000)  # every tie
+    f = np.concatenate([u, edges, edges - 1, edges + 1]).view(np.float32)
+    f = f[~np.isnan(f)]
+    assert np.array_equal(bits(rne(f)), bits(f.astype(BF16)))
+    x = tensor(from_bits([0x7FC0, 0xFFC0, 0x7F81, 0xFFFF]).reshape(1, 1, 1, 4))
+    assert (bits(F.max_pool2d(x, 1)) == QNAN).all()
+    assert (bits(F.avg_pool2d(x, 1)) == QNAN).all()
+
+
+# ---------------------------------------------------------------- the 2-D ops
+
+
+CASES = [  # shape, kernel, stride, padding, dilation, ceil_mode
+    ((2, 3, 9, 40), 3, 2, 1, 1, True),  # rows of 16+ outputs: the 16-lane CPU paths
+    ((1, 2, 11, 37), (2, 3), (1, 2), (1, 1), (2, 1), False),
+    ((2, 2, 7, 34), 2, 1, 0, 1, False),
+    ((3, 6, 5), 3, 3, 1, 1, True),  # unbatched
+]
+
+
+def _max_case(rng, case):
+    shape, k, s, p, d, ceil = case
+    x = data(rng, shape, special=True)
+    return x, (k, s, p, d, ceil)
+
+
+def test_max_pool2d_is_bit_exact(path):
+    rng = np.random.default_rng(10)
+    for case in CASES:
+        x, args = _max_case(rng, case)
+        out, idx = clpool.max_pool2d_with_indices(x, *args)
+        want, want_i = F.max_pool2d(tensor(x), *args, return_indices=True)
+        assert np.array_equal(bits(out), bits(want)), case
+        assert np.array_equal(idx, want_i.numpy()), case
+        assert np.array_equal(bits(clpool.max_pool2d(x, *args)), bits(want)), case
+        f32, f32_i = ref.max_pool2d_with_indices(x, *args)  # float64, then rounded once
+        assert np.array_equal(bits(out), bits(rne(f32))) and np.array_equal(idx, f32_i), case
+
+
+def test_max_pool2d_backward(path):
+    rng = np.random.default_rng(11)
+    for case in CASES:
+        x, args = _max_case(rng, case)
+        out, idx = clpool.max_pool2d_with_indices(x, *args)
+        g = data(rng, out.shape)
+        got = clpool.max_pool2d_with_indices_backward(g, x, *args, indices=idx)
+        exact = ref.max_pool2d_with_indices_backward(g, x, idx, *args)
+        assert_rounded_once(got, exact, case, allowed=0)  # float32 sums of bfloat16 are exact here
+        t = tensor(x).requires_grad_()
+        F.max_pool2d(t, *args).backward(tensor(g))
+        _within_torchs_own_error(got, t.grad, exact, case)
+
+
+def _within_torchs_own_error(got, torch_grad, exact, context) -> None:
+    """|got - torch| <= |torch - exact| + TOL * max(|exact|, 1): torch's bfloat16 backward
+    rounds at each addition, ours once."""
+    t = torch_grad.float().numpy().astype(np.float64)
+    g = np.asarray(got).astype(np.float64)
+    room = np.abs(t - exact) + TOL * np.maximum(np.abs(exact), 1)
+    assert (np.abs(g - t) <= room).all(), context
+
+
+AVG_CASES = [  # shape, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
+    ((2, 3, 9, 40), 3, 2, 1, True, True, None),
+    ((1, 2, 11, 37), (2, 3), (1, 2), (1, 1), False, False, None),
+    ((2, 2, 7, 34), 2, 1, 0, False, True, 3),
+    ((3, 6, 5), 3, 3, 1, True, False, None),
+]
+
+
+def test_avg_pool2d_and_backward(path):
+    rng = np.random.default_rng(12)
+    for case in AVG_CASES:
+        shape, *args = case
+        x = data(rng, shape)
+        got = clpool.avg_pool2d(x, *args)
+        xf = tensor(x).float().requires_grad_()
+        f32 = F.avg_pool2d(xf, *args)
+        assert_rounded_once(got, f32.detach().numpy(), case)
+        check_close(got, ref.avg_pool2d(x, *args), case)
+        t = tensor(x).requires_grad_()
+        want = F.avg_pool2d(t, *args)
+        assert ulps(got, want).max() <= 1, case
+        g = data(rng, got.shape)
+        back = clpool.avg_pool2d_backward(g, x, *args)
+        f32.backward(tensor(g).float())
+        assert_rounded_once(back, xf.grad.numpy(), case)
+        exact = ref.avg_pool2d_backward(g, x, *args)
+        check_close(back, exact, case)
+        want.backward(tensor(g))
+        _within_torchs_own_error(back, t.grad, exact, case)
+
+
+def check_close(got, want, context) -> None:
+    err = check.error(np.asarray(got).astype(np.float64), want)
+    assert err <= TOL, (context, err)
+
+
+@pytest.mark.parametrize("size", [1, (3, 7), (4, 5), (13, 9)])
+def test_adaptive_avg_pool2d_and_backward(path, size):
+    rng = np.random.default_rng(13)
+    for shape in [(2, 3, 9, 40), (2, 2, 33, 17), (3, 7, 6)]:
+        x = data(rng, shape)
+        got = clpool.adaptive_avg_pool2d(x, size)
+        xf = tensor(x).float().requires_grad_()
+        f32 = F.adaptive_avg_pool2d(xf, size)
+        assert_rounded_once(got, f32.detach().numpy(), (shape, size))
+        check_close(got, ref.adaptive_avg_pool2d(x, size), (shape, size))
+        t = tensor(x).requires_grad_()
+        want = F.adaptive_avg_pool2d(t, size)
+        assert ulps(got, want).max() <= 1, (shape, size)
+        g = data(rng, got.shape)
+        back = clpool.adaptive_avg_pool2d_backward(g, x)
+        f32.backward(tensor(g).float())
+        assert_rounded_once(back, xf.grad.numpy(), (shape, size))
+        exact = ref.adaptive_avg_pool2d_backward(g, x)
+        check_close(back, exact, (shape, size))
+        want.backward(tensor(g))
+        _within_torchs_own_error(back, t.grad, exact, (shape, size))
+
+
+# ---------------------------------------------------------------- the 1-D ops
+
+
+def test_1d_ops():
+    rng = np.random.default_rng(14)
+    for shape, k, s, p, d, ceil in [((2, 3, 40), 3, 2, 1, 2, True), ((3, 35), 4, 1, 2, 1, False)]:
+        x = data(rng, shape, special=True)
+        t = tensor(x).requires_grad_()
+        out, idx = clpool.max_pool1d(x, k, s, p, d, ceil, return_indices=True)
+        want, want_i = F.max_pool1d(t, k, s, p, d, ceil, return_indices=True)
+        assert np.array_equal(bits(out), bits(want)) and np.array_equal(idx, want_i.numpy())
+        g = data(rng, out.shape)
+        back = clpool.max_pool1d_with_indices_backward(g, x, k, s, p, d, ceil, indices=idx)
+        exact = ref.max_pool2d_with_indices_backward(
+            g[..., None, :], x[..., None, :], idx[..., None, :], (1, k), (1, s), (0, p),
+            (1, d), ceil,
+        )[..., 0, :]  # fmt: skip
+        assert_rounded_once(back, exact, shape, allowed=0)
+        y = data(rng, shape)
+        xf = tensor(y).float().requires_grad_()
+        f32 = F.avg_pool1d(xf, k, s, k // 2, ceil, False)
+        got = clpool.avg_pool1d(y, k, s, k // 2, ceil, False)
+        assert_rounded_once(got, f32.detach().numpy(), shape)
+        assert ulps(got, F.avg_pool1d(tensor(y), k, s, k // 2, ceil, False)).max() <= 1
+        gy = data(rng, got.shape)
+        f32.backward(tensor(gy).float())
+        back = clpool.avg_pool1d_backward(gy, y, k, s, k // 2, ceil, False)
+        assert_rounded_once(back, xf.grad.numpy(), shape)
+        xf.grad = None
+        f32 = F.adaptive_avg_pool1d(xf, 7)
+        got = clpool.adaptive_avg_pool1d(y, 7)
+        assert_rounded_once(got, f32.detach().numpy(), shape)
+        ga = data(rng, got.shape)
+        f32.backward(tensor(ga).float())
+        assert_rounded_once(clpool.adaptive_avg_pool1d_backward(ga, y), xf.grad.numpy(), shape)
+
+
+# ---------------------------------------------------------------- rounding edge cases
+
+
+def _pairs(a: list[int], b: list[int]) -> np.ndarray:
+    """bfloat16 rows [a_i, b_i] as a (1, 1, n, 2) input."""
+    return from_bits(np.stack([a, b], -1).astype(np.uint16)).reshape(1, 1, len(a), 2)
+
+
+def test_rounding_edges(path):
+    """The mean (or, with divisor_override=1, the sum) of two bfloat16 values, exact in
+    float32, rounded once."""
+    one, next1, next2 = 0x3F80, 0x3F81, 0x3F82  # 1, 1 + 2^-7, 1 + 2^-6
+    big = 0x7F7F  # the largest finite bfloat16
+    cases = [
+        # mean: (a, b) -> expected bits
+        ((one, next1), one),  # tie between 1 (even) and 1 + 2^-7: to even, down
+        ((next1, next2), next2),  # tie between 1 + 2^-7 and 1 + 2^-6 (even): up
+        ((0xBF81, 0xBF82), 0xBF82),  # negative tie: to even, away from zero here
+        ((one, 0x3F83), next2),  # 1 + 3 * 2^-8 again, from other inputs
+        ((0x0001, 0x0002), 0x0002),  # subnormals: 1.5 units: tie to even
+        ((0x0001, 0x0000), 0x0000),  # half the smallest subnormal: tie to even (zero)
+        ((0x8001, 0x8002), 0x8002),
+        ((0x7FC0, one), QNAN),  # NaN
+        ((0xFFC0, one), QNAN),  # a negative NaN: the quiet NaN, as torch's
+        ((0x7F81, one), QNAN),  # a NaN whose mantissa is not the quiet bit
+        ((0xFF80, one), 0xFF80),  # -inf
+        ((0xFF80, 0x7F80), QNAN),  # -inf + inf
+        ((big, big), 0x7F80),  # the float32 sum overflows: inf, as torch's
+    ]
+    x = _pairs([a for (a, _), _ in cases], [b for (_, b), _ in cases])
+    got = bits(clpool.avg_pool2d(x, (1, 2)))[0, 0, :, 0]
+    want = np.array([w for _, w in cases], np.uint16)
+    assert np.array_equal(got, want), [(hex(g), hex(w)) for g, w in zip(got, want, strict=True)]
+    t = bits(F.avg_pool2d(tensor(x), (1, 2)))[0, 0, :, 0]
+    assert np.array_equal(t, want)  # torch CPU agrees with every case
+    # sums (divisor 1) past the largest bfloat16, finite in float32: big + 2^119 is the
+    # tie above big (odd): inf; big + 1.5 * 2^118 lies below it: big; big + 1.5 * 2^119
+    # above: inf; -big - 2^119: -inf
+    s = _pairs([big, big, big, 0xFF7F], [0x7B00, 0x7AC0, 0x7B40, 0xFB00])
+    got = bits(clpool.avg_pool2d(s, (1, 2), divisor_override=1))[0, 0, :, 0]
+    assert [hex(v) for v in got] == ["0x7f80", "0x7f7f", "0x7f80", "0xff80"]
+    t = bits(F.avg_pool2d(tensor(s), (1, 2), divisor_override=1))[0, 0, :, 0]
+    assert np.array_equal(got, t)
+
+
+def test_nan_and_minus_inf_in_max_pooling(path):
+    x = from_bits([[0xFFC0, 0x3F80, 0xFF80, 0xFF80], [0x0001, 0x8001, 0xFF80, 0xFF80]])
+    x = np.tile(x, (1, 10)).reshape(1, 1, 2, 40)  # 16-lane CPU rows
+    out, idx = clpool.max_pool2d_with_indices(x, 2, 2)
+    want, want_i = F.max_pool2d(tensor(x), 2, 2, return_indices=True)
+    assert np.array_equal(bits(out), bits(want)) and np.array_equal(idx, want_i.numpy())
+    assert list(bits(out)[0, 0, 0, :2]) == [QNAN, 0xFF80] and list(idx[0, 0, 0, :2]) == [0, 2]
+    sub = from_bits([0x0001, 0x8001, 0x0000, 0x8000] * 10).reshape(1, 1, 1, 40)
+    out, idx = clpool.max_pool2d_with_indices(sub, (1, 2), (1, 2))
+    want, want_i = F.max_pool2d(tensor(sub), (1, 2), (1, 2), return_indices=True)
+    assert np.array_equal(bits(out), bits(want)) and np.array_equal(idx, want_i.numpy())
+
+
+# ---------------------------------------------------------------- inputs and outputs
+
+
+def test_pyopencl_arrays_strided_too(device):
+    queue = clpool.default_queue()
+    rng = np.random.default_rng(15)
+    host = data(rng, (2, 3, 8, 22), special=True)
+    host[0, 0, 0, 1] = from_bits([0xFF81])[0]  # a negative NaN with a payload: 0x7FC0 out
+    whole = cla.to_device(queue, host)
+    view = whole[:, :, 1:, ::2]
+    out, idx = clpool.max_pool2d_with_indices(view, 2, 1)
+    want, want_i = F.max_pool2d(tensor(host[:, :, 1:, ::2]), 2, 1, return_indices=True)
+    assert isinstance(out, cla.Array) and out.dtype == BF16
+    assert np.array_equal(bits(out), bits(want)) and np.array_equal(idx.get(), want_i.numpy())
+    avg = clpool.avg_pool2d(view, 3, 2, 1)
+    assert np.array_equal(bits(avg), bits(clpool.avg_pool2d(host[:, :, 1:, ::2], 3, 2, 1)))
+
+
+def test_torch_tensors_through_the_core_ops():
+    rng = np.random.default_rng(16)
+    x = tensor(data(rng, (2, 3, 9, 20), special=True))
+    out, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1)
+    want, want_i = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+    assert out.dtype == torch.bfloat16 and idx.dtype == torch.int64
+    assert torch.equal(out.view(torch.int16), want.view(torch.int16)) and torch.equal(idx, want_i)
+    last = x.contiguous(memory_format=torch.channels_last)
+    got = clpool.adaptive_avg_pool2d(last, (4, 5))
+    assert got.dtype == torch.bfloat16 and got.is_contiguous(memory_format=torch.channels_last)
+    assert ulps(got, F.adaptive_avg_pool2d(x, (4, 5))).max() <= 1
+    line = clpool.avg_pool1d(x[0], 3)
+    assert line.dtype == torch.bfloat16 and ulps(line, F.avg_pool1d(x[0], 3)).max() <= 1
+
+
+def test_clpool_torch_autograd():
+    import clpool.torch as ct
+
+    rng = np.random.default_rng(17)
+    x = tensor(data(rng, (2, 3, 9, 20)))
+    for name, args in [("max_pool2d", (3, 2, 1)), ("avg_pool2d", (3, 2, 1)),
+                       ("adaptive_avg_pool2d", ((4, 5),))]:  # fmt: skip
+        mine, theirs = x.clone().requires_grad_(), x.clone().float().requires_grad_()
+        out = getattr(ct, name)(mine, *args)
+        f32 = getattr(F, name)(theirs, *args)
+        assert out.dtype == torch.bfloat16
+        assert_rounded_once(out, f32.detach().numpy(), name)
+        g = tensor(data(rng, tuple(out.shape)))
+        out.backward(g)
+        f32.backward(g.float())
+        assert mine.grad.dtype == torch.bfloat16
+        assert_rounded_once(mine.grad, theirs.grad.numpy(), name, allowed=0.02)
+
+
+def test_without_ml_dtypes_bfloat16_is_refused_and_clpool_works():
+    script = """
+import sys
+sys.modules["ml_dtypes"] = None  # as if not installed
+import numpy as np, torch, clpool
+assert clpool.max_pool2d(np.ones((1, 1, 2, 2), np.float32), 2)[0, 0, 0, 0] == 1
+try:
+    clpool.max_pool2d(torch.ones(1, 1, 2, 2, dtype=torch.bfloat16), 2)
+except clpool.UnsupportedDtypeError as e:
+    print(e)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "clpool[bfloat16]" in run.stdout and "max_pool2d kernel failed" in run.stdout
+
+
+# ---------------------------------------------------------------- CLI, probe, bench
+
+
+def test_probe_and_devices_list_bfloat16(device):
+    from clpool import capabilities
+
+    assert "bfloat16" in capabilities.dtypes(device)
+    result = CliRunner().invoke(main, ["devices", "--json", "--no-verify"])
+    assert result.exit_code == 0, result.output
+    assert all(d["bf16"] is True for d in json.loads(result.stdout))
+
+
+def test_check_cli_bfloat16(device):
+    result = CliRunner().invoke(main, ["check", "--dtype", "bfloat16", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["dtype"] == "bfloat16" and report["passed"]
+    assert {r["tolerance"] for r in report["ops"]} == {TOL}
+
+
+def test_bench_bfloat16(device):
+    args = ["bench", "--shape", "1,2,8,8", "--op", "avg_pool2d", "--op", "max_pool2d"]
+    args += ["--dtype", "bfloat16", "--json", "--min-time", "0.005", "--repeats", "1"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["rows"]
+    assert {r["dtype"] for r in rows} == {"bfloat16"} and rows[0]["bytes"] == 2 * (128 + 32)
+
+
+def test_canary_runs_bfloat16(device):
+    from clpool import canary
+
+    assert any(dt == BF16 for dt, *_ in canary.stages(device))
+    with policy.use():
+        canary.run(device, "bfloat16")
+    assert discovery.select() is not None
+
+
+def test_gpu_forms(build_options):
+    """As planned for a GPU (on this device): rows loaded as vload4 chunks (LOAD4), loops
+    unrolled, the adaptive band and global kernels."""
+    rng = np.random.default_rng(18)
+    x = data(rng, (2, 3, 36, 40), special=True)
+    y = data(rng, (2, 3, 36, 40))
+    with policy.use(gpu=True):
+        out, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1)
+        avg = clpool.avg_pool2d(y, 3, 1, 1)
+        cells = [clpool.adaptive_avg_pool2d(y, size) for size in (1, (2, 3), (5, 7))]
+    want, want_i = F.max_pool2d(tensor(x), 3, 2, 1, return_indices=True)
+    assert np.array_equal(bits(out), bits(want)) and np.array_equal(idx, want_i.numpy())
+    f32 = tensor(y).float()
+    assert_rounded_once(avg, F.avg_pool2d(f32, 3, 1, 1).numpy())
+    for got, size in zip(cells, (1, (2, 3), (5, 7)), strict=True):
+        assert_rounded_once(got, F.adaptive_avg_pool2d(f32, size).numpy(), size)
+    assert any("-DCLPOOL_VEC4" in options for options in build_options)
