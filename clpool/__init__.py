@@ -22,6 +22,15 @@ from .pool1d import (
     max_pool1d,
     max_pool1d_with_indices_backward,
 )
+from .pool3d import (
+    adaptive_avg_pool3d,
+    adaptive_avg_pool3d_backward,
+    avg_pool3d,
+    avg_pool3d_backward,
+    max_pool3d,
+    max_pool3d_with_indices,
+    max_pool3d_with_indices_backward,
+)
 
 __all__ = [
     "DeviceInfo",
@@ -45,4 +54,11 @@ __all__ = [
     "max_pool2d",
     "max_pool2d_with_indices",
     "max_pool2d_with_indices_backward",
+    "adaptive_avg_pool3d",
+    "adaptive_avg_pool3d_backward",
+    "avg_pool3d",
+    "avg_pool3d_backward",
+    "max_pool3d",
+    "max_pool3d_with_indices",
+    "max_pool3d_with_indices_backward",
 ]

@@ -95,6 +95,15 @@ def _index_bits(index_dtype: object) -> int:
         ) from None
 
 
+def _given_index_bits(indices: Tensor) -> int:
+    """The width of a backward op's indices, int64 or int32."""
+    if indices.dtype not in INDEX_BITS:
+        raise Problem(
+            PoolArgumentError, f"indices must be int64 or int32, got {indices.dtype.name}"
+        )
+    return INDEX_BITS[indices.dtype]
+
+
 def _max_sizes(win: shapes.Window, h: int, w: int) -> dict[str, int]:
     return dict(H=h, W=w, OH=win.oh, OW=win.ow, kh=win.kh, kw=win.kw, sh=win.sh, sw=win.sw,
                 ph=win.ph, pw=win.pw, dh=win.dh, dw=win.dw)  # fmt: skip
@@ -198,10 +207,10 @@ def max_pool2d_with_indices(
 
 
 def _backward_planner(
-    where: Where, family: str, device: object, arrays: tuple, queue: object
-) -> tuple[Planner, tuple[int, int, int, int]]:
-    """The planner of a backward op: runs where grad_output lives, with x's dtype and
-    shape."""
+    where: Where, family: str, device: object, arrays: tuple, queue: object, spatial: int = 2
+) -> tuple[Planner, tuple[int, ...]]:
+    """The planner of a backward op over `spatial` axes: runs where grad_output lives, with
+    x's dtype, and x's (N, C, *spatial sizes)."""
     p = Planner(where, family, device, arrays, queue)
     grad, fwd = p.arrays[0], p.arrays[1]
     where.dtype = fwd.dtype
@@ -215,7 +224,7 @@ def _backward_planner(
             PoolArgumentError,
             f"grad_output has {grad.ndim} dimensions but the input has {fwd.ndim}",
         )
-    return p, shapes.split_batch(fwd.shape)
+    return p, shapes.split_batch_nd(fwd.shape, spatial)
 
 
 def _plan_max_backward(
@@ -228,11 +237,7 @@ def _plan_max_backward(
     out_shape = x.shape[:-2] + (win.oh, win.ow)
     shapes.expect_shape("grad_output", grad.shape, out_shape)
     shapes.expect_shape("indices", indices.shape, out_shape)
-    if indices.dtype not in INDEX_BITS:
-        raise Problem(
-            PoolArgumentError, f"indices must be int64 or int32, got {indices.dtype.name}"
-        )
-    p.index_bits = INDEX_BITS[indices.dtype]
+    p.index_bits = _given_index_bits(indices)
     _check_index_range(p.index_bits, h * w)
     p.specialize("max_pool2d_backward", (h * w, win.oh * win.ow), win, planes=n * c)
     p.output("grad_x", x.shape)
