@@ -42,6 +42,13 @@ BACKWARD_DEFAULTS = {
         stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
     ),
     "adaptive_avg_pool2d_backward": {},
+    "max_pool3d_with_indices_backward": dict(
+        stride=None, padding=0, dilation=1, ceil_mode=False, indices=None
+    ),
+    "avg_pool3d_backward": dict(
+        stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
+    ),
+    "adaptive_avg_pool3d_backward": {},
 }
 
 
@@ -70,6 +77,7 @@ DOCUMENTED = {
     "avg_pool1d": "avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, "
     "count_include_pad=True)",
     "adaptive_avg_pool1d": "adaptive_avg_pool1d(input, output_size)",
+    "avg_pool3d": AVG_POOL2D.replace("avg_pool2d", "avg_pool3d"),
 }
 
 
@@ -78,33 +86,57 @@ def _torch_forward(name: str) -> list[tuple[str, object]]:
         assert getattr(F, name).__doc__.strip().splitlines()[0].startswith(DOCUMENTED[name])
         return _documented(DOCUMENTED[name])
     # F.max_pool2d is a boolean_dispatch wrapper: its parameters are F._max_pool2d's
-    fn = {"max_pool2d": F._max_pool2d, "max_pool1d": F._max_pool1d}.get(name) or getattr(F, name)
+    wrapped = {
+        "max_pool2d": F._max_pool2d,
+        "max_pool1d": F._max_pool1d,
+        "max_pool3d": F._max_pool3d,
+    }
+    fn = wrapped.get(name) or getattr(F, name)
     params = _params(fn)
-    if name == "max_pool2d_with_indices":  # torch's takes a return_indices it ignores
+    if name.endswith("_with_indices"):  # torch's takes a return_indices it ignores
         params = [p for p in params if p[0] != "return_indices"]
     return params
 
 
 def _aten_backward(name: str) -> list[tuple[str, object]]:
-    op = getattr(aten, name, None) or getattr(aten, "_" + name)
+    op = getattr(aten, name, None)
+    if op is None or "default" not in op.overloads():  # adaptive_avg_pool3d_backward: out= only
+        op = getattr(aten, "_" + name)
     names = [a.name for a in op.default._schema.arguments]
     names = ["input" if n == "self" else n for n in names]
     defaults = BACKWARD_DEFAULTS[name]
     return [(n, defaults.get(n, MISSING)) for n in names]
 
 
-FORWARD = ["max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "adaptive_avg_pool2d",
-           "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d"]
+FORWARD = [
+    "max_pool2d",
+    "max_pool2d_with_indices",
+    "avg_pool2d",
+    "adaptive_avg_pool2d",
+    "max_pool1d",
+    "avg_pool1d",
+    "adaptive_avg_pool1d",
+    "max_pool3d",
+    "max_pool3d_with_indices",
+    "avg_pool3d",
+    "adaptive_avg_pool3d",
+]
 BACKWARD = list(BACKWARD_DEFAULTS)
 # ATen has no 1-D backward ops (torch runs the 2-D ones): clpool's take the 2-D ones'
 # parameters, less divisor_override, which avg_pool1d lacks.
-BACKWARD_1D = {"max_pool1d_with_indices_backward": "max_pool2d_with_indices_backward",
-               "avg_pool1d_backward": "avg_pool2d_backward",
-               "adaptive_avg_pool1d_backward": "adaptive_avg_pool2d_backward"}
+BACKWARD_1D = {
+    "max_pool1d_with_indices_backward": "max_pool2d_with_indices_backward",
+    "avg_pool1d_backward": "avg_pool2d_backward",
+    "adaptive_avg_pool1d_backward": "adaptive_avg_pool2d_backward",
+}
 
 
 def test_every_public_op_is_checked():
-    ops = {n for n in clpool.__all__ if n.endswith(("pool1d", "pool2d", "indices", "backward"))}
+    ops = {
+        n
+        for n in clpool.__all__
+        if n.endswith(("pool1d", "pool2d", "pool3d", "indices", "backward"))
+    }
     assert ops == set(FORWARD) | set(BACKWARD) | set(BACKWARD_1D)
 
 
