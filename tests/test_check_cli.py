@@ -17,7 +17,10 @@ from clpool.cli import main
 
 OPS = ["max_pool2d", "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
        "avg_pool2d", "avg_pool2d_backward", "adaptive_avg_pool2d",
-       "adaptive_avg_pool2d_backward"]
+       "adaptive_avg_pool2d_backward", "max_pool3d", "max_pool3d_with_indices",
+       "max_pool3d_with_indices_backward", "avg_pool3d", "avg_pool3d_backward",
+       "adaptive_avg_pool3d", "adaptive_avg_pool3d_backward"]
+EXACT = ("max_pool2d", "max_pool2d_with_indices", "max_pool3d", "max_pool3d_with_indices")
 
 
 def invoke(*args: str):
@@ -38,14 +41,14 @@ def test_check_passes_on_the_suite_device(device):
         for op in OPS:
             row = next(line for line in lines if line.split()[:1] == [op])
             assert row.split()[1] == dtype and " pass " in f"{row} "
-        assert "all seven ops pass" in result.output
+        assert f"all {len(OPS)} ops pass" in result.output
 
 
 def test_check_default_dtype_and_device_option(device):
     index = discovery.cl_devices().index(device)
     result = invoke("--device", str(index))
     assert result.exit_code == 0, result.output
-    rows = [line.split() for line in result.stdout.splitlines()[3:10]]
+    rows = [line.split() for line in result.stdout.splitlines()[3 : 3 + len(OPS)]]
     assert [r[0] for r in rows] == OPS and {r[1] for r in rows} == {"float32"}
 
 
@@ -73,7 +76,7 @@ def test_run_reports_every_op_and_tolerance():
     for r in rows:
         assert r.passed and r.cases >= 3 and r.dtype == "float32" and r.seconds > 0
         assert r.error <= r.tolerance == 1e-5
-        assert r.exact == (r.op in ("max_pool2d", "max_pool2d_with_indices"))
+        assert r.exact == (r.op in EXACT)
         if r.exact:
             assert r.error == 0
 
