@@ -28,6 +28,12 @@ def _unbatched(shape: tuple[int, ...], ndim: int) -> tuple[int, ...]:
     return shape if ndim == 5 else shape[1:]
 
 
+def _split(shape: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
+    """(N, C, (D, H, W)) of an input; an unbatched one is seen as N = 1."""
+    n, c, *dhw = shapes.split_batch_nd(shape, 3)
+    return n, c, tuple(dhw)
+
+
 def _volumes(p: Planner, dhw: tuple[int, ...], out: tuple[int, ...]) -> None:
     """64-bit offsets inside a volume where the input's or the output's has 2^31 elements
     or more."""
@@ -62,7 +68,7 @@ def _plan_max_forward(
 ) -> plans.Plan:  # fmt: skip
     p = Planner(where, FAMILY, device, arrays, queue)
     x = p.arrays[0]
-    n, c, *dhw = shapes.split_batch_nd(x.shape, 3)
+    n, c, dhw = _split(x.shape)
     win = shapes.window3d(dhw, kernel_size, stride, padding, dilation, ceil_mode, family="max")
     p.index_bits = _index_bits(index_dtype)
     _check_index_range(p.index_bits, math.prod(dhw))
@@ -135,7 +141,8 @@ def _plan_max_backward(
     where: Where, arrays: tuple, kernel_size, stride, padding, dilation, ceil_mode, device,
     queue,
 ) -> plans.Plan:  # fmt: skip
-    p, (n, c, *dhw) = _backward_planner(where, FAMILY, device, arrays, queue, spatial=3)
+    p, batch = _backward_planner(where, FAMILY, device, arrays, queue, spatial=3)
+    n, c, dhw = batch[0], batch[1], batch[2:]
     grad, x, indices = p.arrays
     win = shapes.window3d(dhw, kernel_size, stride, padding, dilation, ceil_mode, family="max")
     out_shape = x.shape[:-3] + win.out
@@ -189,7 +196,7 @@ def _plan_avg_forward(
 ) -> plans.Plan:  # fmt: skip
     p = Planner(where, FAMILY, device, arrays, queue)
     x = p.arrays[0]
-    n, c, *dhw = shapes.split_batch_nd(x.shape, 3)
+    n, c, dhw = _split(x.shape)
     win, include_pad, div = _avg_window(
         dhw, kernel_size, stride, padding, ceil_mode, include_pad, override
     )
@@ -223,7 +230,8 @@ def _plan_avg_backward(
     where: Where, arrays: tuple, kernel_size, stride, padding, ceil_mode, include_pad,
     override, device, queue,
 ) -> plans.Plan:  # fmt: skip
-    p, (n, c, *dhw) = _backward_planner(where, FAMILY, device, arrays, queue, spatial=3)
+    p, batch = _backward_planner(where, FAMILY, device, arrays, queue, spatial=3)
+    n, c, dhw = batch[0], batch[1], batch[2:]
     grad, x = p.arrays
     win, include_pad, div = _avg_window(
         dhw, kernel_size, stride, padding, ceil_mode, include_pad, override
@@ -260,7 +268,7 @@ def avg_pool3d_backward(
 def _plan_adaptive_forward(where: Where, arrays: tuple, output_size, device, queue) -> plans.Plan:
     p = Planner(where, FAMILY, device, arrays, queue)
     x = p.arrays[0]
-    n, c, *dhw = shapes.split_batch_nd(x.shape, 3)
+    n, c, dhw = _split(x.shape)
     out = shapes.adaptive_output(tuple(dhw), output_size)
     _volumes(p, dhw, out)
     p.output("out", _unbatched((n, c, *out), x.ndim))
@@ -281,7 +289,8 @@ def adaptive_avg_pool3d(
 
 
 def _plan_adaptive_backward(where: Where, arrays: tuple, device, queue) -> plans.Plan:
-    p, (n, c, *dhw) = _backward_planner(where, FAMILY, device, arrays, queue, spatial=3)
+    p, batch = _backward_planner(where, FAMILY, device, arrays, queue, spatial=3)
+    n, c, dhw = batch[0], batch[1], batch[2:]
     grad, x = p.arrays
     shapes.expect_shape("grad_output", grad.shape[:-3], x.shape[:-3])
     out = tuple(grad.shape[-3:])

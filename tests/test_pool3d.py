@@ -11,6 +11,7 @@ import pyopencl.array as cla
 import pytest
 
 import clpool
+from clpool import pool3d
 from clpool import reference as ref
 from clpool.errors import PoolArgumentError, UnsupportedDtypeError
 
@@ -302,6 +303,33 @@ def test_strided_device_inputs_are_copied(device):
     np.testing.assert_array_equal(
         clpool.adaptive_avg_pool3d(strided, 2).get(), clpool.adaptive_avg_pool3d(want, 2)
     )
+
+
+def test_queue_and_out_as_the_2d_ops_take_them(device):
+    queue = cl.CommandQueue(cl.Context([device]))
+    x = np.random.default_rng(0).standard_normal((1, 2, 4, 5, 6)).astype(np.float32)
+    got = clpool.avg_pool3d(x, 2, queue=queue)
+    assert isinstance(got, cla.Array) and got.queue is queue
+    np.testing.assert_array_equal(got.get(), clpool.avg_pool3d(x, 2))
+    values = cla.empty(queue, (1, 2, 2, 2, 3), np.float32)
+    indices = cla.empty(queue, (1, 2, 2, 2, 3), np.int32)
+    pair = clpool.max_pool3d_with_indices(x, 2, index_dtype="int32", out=(values, indices))
+    assert pair[0] is values and pair[1] is indices
+    want, want_i = clpool.max_pool3d_with_indices(x, 2, index_dtype="int32")
+    np.testing.assert_array_equal(values.get(), want)
+    np.testing.assert_array_equal(indices.get(), want_i)
+    with pytest.raises(PoolArgumentError, match="^max_pool3d kernel failed"):
+        clpool.max_pool3d(x, 2, out=cla.empty(queue, (1, 2, 2, 2, 2), np.float32))
+
+
+def test_a_volume_of_2_31_elements_builds_with_64_bit_offsets():
+    class Options:
+        options: tuple[str, ...] = ()
+
+    small, large = Options(), Options()
+    pool3d._volumes(small, (1023, 1024, 2048), (1, 1, 1))  # 2^31 - 2^21 elements
+    pool3d._volumes(large, (1, 1, 1), (1024, 1024, 2048))  # an output of 2^31
+    assert small.options == () and large.options == ("-DCLPOOL_LARGE_PLANE",)
 
 
 BAD = [
