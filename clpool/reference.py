@@ -1,9 +1,11 @@
-"""A float64 reference of the seven pooling ops, for checks and tests.
+"""A float64 reference of the seven 2-D pooling ops and the seven 3-D ones, for checks
+and tests.
 
 Written from SPEC.md and PyTorch's ATen CPU code, independently of the OpenCL kernels
 and of clpool.shapes: plain loops over the output (forward) or scatters from the output
 (backward, as ATen's CPU kernels do), with the batch and channel planes vectorised by
-numpy. Inputs are numpy arrays (3-D unbatched or 4-D), any dtype numpy can turn into
+numpy. Inputs are numpy arrays (2-D ops: 3-D unbatched or 4-D; 3-D ops: 4-D unbatched
+or 5-D), any dtype numpy can turn into
 float64; results are float64 (indices int64) with the input's rank. Arguments are taken
 to be valid: checking them is the ops' job.
 """
