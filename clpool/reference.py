@@ -353,7 +353,8 @@ def avg_pool3d_backward(grad_output, x, kernel_size, stride=None, padding=0, cei
 def adaptive_avg_pool3d(x, output_size):
     xv = _volumes(x)
     size = xv.shape[1:]
-    want = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 3
+    want = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size,)
+    want = want * 3 if len(want) == 1 else want
     out = tuple(size[a] if want[a] is None else int(want[a]) for a in range(3))
     result = np.zeros((xv.shape[0], *out))
     for o in np.ndindex(*out):
