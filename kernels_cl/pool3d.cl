@@ -170,15 +170,18 @@ __kernel void avg_pool3d_backward(__global const elem_t *restrict grad_out,
     STORE(grad_x, volume * D * H * W + ((pos_t)id * H + ih) * W + iw, g);
 }
 
-/* Adaptive cell i of n over an axis of `size` starts at floor(i*size/n) and ends at
- * ceil((i+1)*size/n); the cells of n over `size` containing element i of an axis of
- * size m are cells cell_first(i, n, m) .. cell_last(i, n, m) - 1 (the same formulas
- * with the axes swapped). */
-inline int cell_first(int i, int size, int n) { return (int)((long)i * size / n); }
-inline int cell_last(int i, int size, int n)
+/* floor(i*size/n), or the ceiling when `up`: in 32 bits while the product fits (64-bit
+ * division is slow on GPUs). Adaptive cell i of n over an axis of `size` spans
+ * [cell_first(i, size, n), cell_last(i, size, n)); the cells of n over `size` that contain
+ * element i of that axis are cell_first(i, n, size) .. cell_last(i, n, size) - 1. */
+inline int scaled(int i, int size, int n, int up)
 {
-    return (int)(((long)(i + 1) * size + n - 1) / n);
+    if (size < 46341 && n < 46341)
+        return (int)(((uint)i * (uint)size + (up ? (uint)(n - 1) : 0u)) / (uint)n);
+    return (int)(((long)i * size + (up ? n - 1 : 0)) / n);
 }
+inline int cell_first(int i, int size, int n) { return scaled(i, size, n, 0); }
+inline int cell_last(int i, int size, int n) { return scaled(i + 1, size, n, 1); }
 
 /* out = the mean of the cell: its sum / depth / rows / columns, as ATen divides. */
 __kernel void adaptive_avg_pool3d_forward(__global const elem_t *restrict x,
@@ -213,12 +216,14 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
     long volume = z / D;
     int id = (int)(z - volume * D);
     __global const elem_t *gp = grad_out + volume * OD * OH * OW;
+    int od1 = cell_last(id, OD, D), oh0 = cell_first(ih, OH, H), oh1 = cell_last(ih, OH, H),
+        ow0 = cell_first(iw, OW, W), ow1 = cell_last(iw, OW, W);
     acc_t g = 0;
-    for (int od = cell_first(id, OD, D); od < cell_last(id, OD, D); ++od) {
+    for (int od = cell_first(id, OD, D); od < od1; ++od) {
         acc_t depth = (acc_t)(cell_last(od, D, OD) - cell_first(od, D, OD));
-        for (int oh = cell_first(ih, OH, H); oh < cell_last(ih, OH, H); ++oh) {
+        for (int oh = oh0; oh < oh1; ++oh) {
             acc_t rows = (acc_t)(cell_last(oh, H, OH) - cell_first(oh, H, OH));
-            for (int ow = cell_first(iw, OW, W); ow < cell_last(iw, OW, W); ++ow) {
+            for (int ow = ow0; ow < ow1; ++ow) {
                 acc_t cols = (acc_t)(cell_last(ow, W, OW) - cell_first(ow, W, OW));
                 g += LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / depth / rows / cols;
             }

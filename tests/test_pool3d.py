@@ -248,6 +248,20 @@ def test_adaptive_avg_pool3d_equals_torch_and_reference(shape, size, dtype):
         np.testing.assert_allclose(grad, ref.adaptive_avg_pool3d_backward(g, x), rtol=1e-12)
 
 
+def test_adaptive_avg_pool3d_along_an_axis_too_long_for_32_bit_cell_bounds():
+    x = _data((1, 1, 2, 1, 50_000), np.float32, 0)
+    for size in ((1, 1, 7), (3, 1, 49_999)):
+        got = clpool.adaptive_avg_pool3d(x, size)
+        np.testing.assert_allclose(got, F.adaptive_avg_pool3d(_t(x), size).numpy(), rtol=1e-5)
+        g = _data(got.shape, np.float32, 1)
+        np.testing.assert_allclose(
+            clpool.adaptive_avg_pool3d_backward(g, x),
+            aten._adaptive_avg_pool3d_backward(_t(g), _t(x)).numpy(),
+            rtol=1e-5,
+            atol=1e-6,
+        )
+
+
 def test_adaptive_avg_pool3d_to_an_empty_output():
     x = np.ones((1, 2, 3, 4, 5), np.float32)
     got = clpool.adaptive_avg_pool3d(x, (0, 2, 2))
