@@ -30,6 +30,15 @@ from .pool1d import (
     max_pool1d,
     max_pool1d_with_indices_backward,
 )
+from .pool3d import (
+    adaptive_avg_pool3d,
+    adaptive_avg_pool3d_backward,
+    avg_pool3d,
+    avg_pool3d_backward,
+    max_pool3d,
+    max_pool3d_with_indices,
+    max_pool3d_with_indices_backward,
+)
 from .unpool import (
     max_unpool1d,
     max_unpool1d_backward,
@@ -73,4 +82,11 @@ __all__ = [
     "max_unpool2d_backward",
     "max_unpool3d",
     "max_unpool3d_backward",
+    "adaptive_avg_pool3d",
+    "adaptive_avg_pool3d_backward",
+    "avg_pool3d",
+    "avg_pool3d_backward",
+    "max_pool3d",
+    "max_pool3d_with_indices",
+    "max_pool3d_with_indices_backward",
 ]

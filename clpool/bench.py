@@ -32,10 +32,15 @@ OPS = (
     "adaptive_max_pool2d",
     "adaptive_max_pool2d_backward",
     "max_unpool2d",
+    "max_pool3d",
+    "max_pool3d_with_indices_backward",
+    "avg_pool3d",
+    "avg_pool3d_backward",
 )
 WINDOWED = OPS[:5]
 ADAPTIVE_AVG = OPS[5:7]
 ADAPTIVE_MAX = OPS[7:9]
+WINDOWED_3D = OPS[10:]
 # max_unpool2d of max_pool2d k2 s2's result (and indices) back to the first shape's size
 UNPOOL_WINDOW = dict(kernel_size=2, stride=2, padding=0)
 # (shape, output size) of the adaptive max pooling cases: a classifier's head (N / 4 on a
@@ -48,6 +53,8 @@ SHAPES = (
     ((128, 64, 128, 128), dict(kernel_size=3, stride=1, padding=1)),
 )
 ADAPTIVE_OUTPUTS = (7, 1)
+# The 3-D sweep: f32 NCDHW, a GPU's size (a CPU gets N / 4).
+SHAPE_3D = ((8, 64, 16, 56, 56), dict(kernel_size=3, stride=2, padding=1))
 MIN_TIME = 0.2  # seconds a timed loop of calls runs at least (unless MAX_CALLS)
 MAX_CALLS = 20_000  # calls in one timed loop at most
 KERNEL_CALLS = 100  # calls whose profiling events give the kernel time, at most
@@ -58,7 +65,7 @@ class Case:
     """One op on one input shape with its parameters."""
 
     op: str
-    shape: tuple[int, int, int, int]
+    shape: tuple[int, ...]  # (N, C, H, W), or (N, C, D, H, W) for the 3-D ops
     params: dict = field(default_factory=dict)
     dtype: str = "float32"
 
@@ -76,7 +83,11 @@ def default_cases(
     shape: tuple[int, ...] | None = None,
     dtype: str = "float32",
 ) -> list[Case]:
-    """The default sweep (or every op on one given shape with k3 s2 p1), in `dtype`."""
+    """The default sweep (or every op of the shape's rank on one given shape with k3 s2 p1),
+    in `dtype`."""
+    if shape is not None and len(shape) == 5:
+        return [Case(op, tuple(shape), dict(SHAPE_3D[1]), dtype)
+                for op in WINDOWED_3D if op in ops_wanted]  # fmt: skip
     shapes = SHAPES if shape is None else ((tuple(shape), SHAPES[0][1]),)
     if cpu and shape is None:
         shapes = tuple(((max(1, s[0] // 4), *s[1:]), w) for s, w in shapes)
@@ -100,6 +111,10 @@ def default_cases(
         for op in ADAPTIVE_MAX
         if op in ops_wanted
     ]
+    if shape is None:
+        s, window = SHAPE_3D
+        s = (max(1, s[0] // 4), *s[1:]) if cpu else s
+        cases += [Case(op, s, dict(window), dtype) for op in WINDOWED_3D if op in ops_wanted]
     return cases
 
 
@@ -163,14 +178,13 @@ def copy_bandwidth(rt: Runtime, nbytes: int, repeats: int = 10) -> float:
     return 2 * nbytes / statistics.median(times[2:]) / 1e9
 
 
-def _out_hw(case: Case) -> tuple[int, int]:
-    """The output plane of a case, by the formula the ops check with."""
-    _, _, h, w = case.shape
+def _out_hw(case: Case) -> tuple[int, ...]:
+    """The output plane (or volume) of a case, by the formula the ops check with."""
     p = case.params
     if "output_size" in p:
         return p["output_size"], p["output_size"]
     k, s, pad = p["kernel_size"], p["stride"], p["padding"]
-    return tuple(shapes.output_size(side, k, s, pad, 1, False) for side in (h, w))
+    return tuple(shapes.output_size(side, k, s, pad, 1, False) for side in case.shape[2:])
 
 
 def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -188,13 +202,12 @@ def _tensor(a: np.ndarray):
 def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[dict, int]:
     """Device inputs of a case and the bytes the op must move (read once, write once)."""
     rng = np.random.default_rng(seed)
-    n, c, h, w = case.shape
-    oh, ow = _out_hw(case)
+    out_shape = (*case.shape[:2], *_out_hw(case))
     x = cla.to_device(rt.queue, _data(rng, case.shape, case.dtype))
-    grad = cla.to_device(rt.queue, _data(rng, (n, c, oh, ow), case.dtype))
+    grad = cla.to_device(rt.queue, _data(rng, out_shape, case.dtype))
     big, small = x.nbytes, grad.nbytes
-    if case.op == "max_pool2d_with_indices_backward":
-        _, indices = ops.max_pool2d_with_indices(x, **case.params)
+    if case.op.startswith("max_pool") and case.op.endswith("_with_indices_backward"):
+        _, indices = getattr(clpool, case.op.removesuffix("_backward"))(x, **case.params)
         return dict(grad_output=grad, input=x, indices=indices), small + indices.nbytes + big
     if case.op == "adaptive_max_pool2d_backward":
         indices = clpool.adaptive_max_pool2d(x, **case.params, return_indices=True)[1]
@@ -203,7 +216,7 @@ def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[dict, int]:
         return dict(grad_output=grad, input=x), small + big
     if case.op == "max_unpool2d":  # reads the pooled values and indices, writes x's size
         pooled, indices = ops.max_pool2d_with_indices(x, **case.params)
-        inputs = dict(input=pooled, indices=indices, output_size=(h, w))
+        inputs = dict(input=pooled, indices=indices, output_size=case.shape[-2:])
         return inputs, pooled.nbytes + indices.nbytes + big
     extra = 2 * small if case.op == "max_pool2d_with_indices" else 0
     return dict(input=x), big + small + extra
@@ -241,11 +254,20 @@ def _torch_call(case: Case, t: dict) -> Callable[[], object]:
         if case.op.endswith("backward"):
             return lambda: aten._adaptive_avg_pool2d_backward(t["grad_output"], t["x"])
         return lambda: F.adaptive_avg_pool2d(t["x"], o)
-    k, s, pad = [p["kernel_size"]] * 2, [p["stride"]] * 2, [p["padding"]] * 2
+    dims = len(case.shape) - 2
+    k, s, pad = [p["kernel_size"]] * dims, [p["stride"]] * dims, [p["padding"]] * dims
     if case.op == "max_unpool2d":
         size = list(case.shape[-2:])
         return lambda: F.max_unpool2d(t["pooled"], t["indices"], k, s, pad, size)
     return {
+        "max_pool3d": lambda: F.max_pool3d(t["x"], k, s, pad),
+        "max_pool3d_with_indices_backward": lambda: aten.max_pool3d_with_indices_backward(
+            t["grad_output"], t["x"], k, s, pad, [1] * 3, False, t["indices"]
+        ),
+        "avg_pool3d": lambda: F.avg_pool3d(t["x"], k, s, pad),
+        "avg_pool3d_backward": lambda: aten.avg_pool3d_backward(
+            t["grad_output"], t["x"], k, s, pad, False, True, None
+        ),
         "max_pool2d": lambda: F.max_pool2d(t["x"], k, s, pad),
         "max_pool2d_with_indices": lambda: F.max_pool2d(t["x"], k, s, pad, return_indices=True),
         "max_pool2d_with_indices_backward": lambda: aten.max_pool2d_with_indices_backward(
@@ -275,16 +297,16 @@ def time_torch(case: Case, where: str, loops: int, min_time: float = MIN_TIME) -
     import torch
 
     rng = np.random.default_rng(0)
-    n, c, _, _ = case.shape
-    oh, ow = _out_hw(case)
+    out_shape = (*case.shape[:2], *_out_hw(case))
     x = _tensor(_data(rng, case.shape, case.dtype)).to(where)
-    grad = _tensor(_data(rng, (n, c, oh, ow), case.dtype)).to(where)
+    grad = _tensor(_data(rng, out_shape, case.dtype)).to(where)
     t = dict(x=x, grad_output=grad)
-    if case.op == "max_pool2d_with_indices_backward":
+    if case.op.startswith("max_pool") and case.op.endswith("_with_indices_backward"):
         p = case.params
-        t["indices"] = torch.nn.functional.max_pool2d(
-            x, p["kernel_size"], p["stride"], p["padding"], return_indices=True
-        )[1]
+        forward = getattr(torch.nn.functional, case.op.split("_with")[0])
+        t["indices"] = forward(x, p["kernel_size"], p["stride"], p["padding"], return_indices=True)[
+            1
+        ]
     if case.op == "max_unpool2d":
         p = case.params
         t["pooled"], t["indices"] = torch.nn.functional.max_pool2d(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import adaptive_max, bfloat16, check, discovery, ops, policy, unpool, verify
+from . import adaptive_max, bfloat16, check, discovery, ops, policy, pool3d, unpool, verify
 from . import reference as ref
 
 # max_pool2d, avg_pool2d: (kernel_size, stride, padding); a stride of 1, 2 and 3 takes
@@ -124,6 +124,44 @@ def _adaptive_max_calls(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray
         )
 
 
+SHAPE_3D = (2, 2, 5, 6, 7)  # the 3-D ops: window (3, 2, 1), and adaptive to (2, 4, 3)
+
+
+def _calls_3d(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray]):
+    """(what, got, want, exact) of every 3-D kernel entry point on the volumes `x`."""
+    want, want_i = ref.max_pool3d_with_indices(x, 3, 2, 1)
+    got, got_i = pool3d.max_pool3d_with_indices(x, 3, 2, 1)
+    yield "max_pool3d_with_indices", got, want.astype(x.dtype), True
+    yield "max_pool3d_with_indices indices", got_i, want_i, True
+    yield "max_pool3d", pool3d.max_pool3d(x, 3, 2, 1), want.astype(x.dtype), True
+    grad = g(want.shape)
+    yield (
+        "max_pool3d_with_indices_backward",
+        pool3d.max_pool3d_with_indices_backward(grad, x, 3, 2, 1, indices=want_i),
+        ref.max_pool3d_with_indices_backward(grad, x, want_i, 3, 2, 1),
+        False,
+    )
+    args = (3, 2, 1, True, False)
+    yield "avg_pool3d", pool3d.avg_pool3d(x, *args), ref.avg_pool3d(x, *args), False
+    grad = g(ref.avg_pool3d(x, *args).shape)
+    yield (
+        "avg_pool3d_backward",
+        pool3d.avg_pool3d_backward(grad, x, *args),
+        ref.avg_pool3d_backward(grad, x, *args),
+        False,
+    )
+    size = (2, 4, 3)
+    want = ref.adaptive_avg_pool3d(x, size)
+    yield "adaptive_avg_pool3d", pool3d.adaptive_avg_pool3d(x, size), want, False
+    grad = g(want.shape)
+    yield (
+        "adaptive_avg_pool3d_backward",
+        pool3d.adaptive_avg_pool3d_backward(grad, x),
+        ref.adaptive_avg_pool3d_backward(grad, x),
+        False,
+    )
+
+
 def stages(device) -> list[tuple[np.dtype, bool | None, bool, tuple]]:
     """(dtype, one work-item per plane or None for the device's own choice, windows built as
     constants, windows) of each stage: every dtype the device takes, built generic (window sizes as
@@ -151,9 +189,12 @@ def run(device, only: str | None = None) -> None:
 def _stage(rng: np.random.Generator, dtype: np.dtype, windows: tuple) -> None:
     x = rng.standard_normal(SHAPE).astype(dtype)
     tall = rng.standard_normal(TALL).astype(dtype)
-    for what, got, want, exact in _calls(
-        x, lambda s, t=dtype: rng.standard_normal(s).astype(t), windows, tall
-    ):
+    x3 = rng.standard_normal(SHAPE_3D).astype(dtype)
+
+    def g(shape: tuple[int, ...]) -> np.ndarray:
+        return rng.standard_normal(shape).astype(dtype)
+
+    for what, got, want, exact in (*_calls(x, g, windows, tall), *_calls_3d(x3, g)):
         err = check.error(got, want)
         if err != 0 and (exact or err > check.TOLERANCE[dtype.name]):
             raise AssertionError(f"{what} in {dtype.name}: wrong result (error {err:.3g})")

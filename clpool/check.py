@@ -1,4 +1,5 @@
-"""`clpool check`: run every op on a device against the float64 reference.
+"""`clpool check`: run every op (2-D, 3-D, adaptive max, unpooling) on a device against the
+float64 reference.
 
 Each op runs on a few small fixed-seed cases (overlapping windows, padding, ceil mode
 overhang, dilation with windows that miss the plane, ties, NaN, -inf, unbatched input,
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import adaptive_max, bfloat16, ops, unpool
+from . import adaptive_max, bfloat16, ops, pool3d, unpool
 from . import reference as ref
 from .errors import reporting
 
@@ -197,6 +198,7 @@ def run(device: object = None, dtype: object = "float32") -> list[Row]:
         ("adaptive_avg_pool2d_backward", "adaptive", False, adaptive_backward),
     ):
         rows.append(_run(label, dt, cases[family], exact, one))
+    rows += _rows_3d(device, dt)
     return rows + _adaptive_max_rows(dt, device) + _unpool_rows(dt, device)
 
 
@@ -290,6 +292,97 @@ def _adaptive_max_rows(dt: np.dtype, device: object) -> list[Row]:
         rows.append(_run(f"adaptive_max_pool{rank}d", dt, group, True, values))
         rows.append(_run(f"adaptive_max_pool{rank}d_backward", dt, group, False, grads))
     return rows
+
+
+def _cases_3d(dtype: np.dtype) -> dict[str, list[dict]]:
+    """The cases of the 3-D ops, as _cases's over (D, H, W) volumes."""
+    rng = np.random.default_rng(SEED + 3)
+
+    def data(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(dtype)
+
+    special = rng.integers(-2, 3, (2, 4, 5, 6)).astype(dtype)  # ties everywhere
+    special[0, 1, 2, 3] = special[1, 0, 0, 0] = special[1, 3, 4, 5] = np.nan
+    special[0, 2:, :2, :2] = -np.inf
+    cases = {
+        "max": [
+            dict(x=data(2, 2, 6, 7, 5), args=(3, 2, 1, 1, True)),
+            dict(x=data(1, 2, 4, 5, 6), args=((2, 3, 2), (1, 2, 1), (1, 1, 0), (2, 1, 1), False),
+                 index_dtype="int32"),
+            dict(x=special, args=(2, 1, 0, 1, False)),
+            dict(x=data(1, 1, 2, 3, 3), args=(2, 1, 1, 3, False)),  # windows that miss
+        ],
+        "avg": [
+            dict(x=data(2, 2, 6, 7, 5), args=(3, 2, 1, True, True, None)),
+            dict(x=data(2, 2, 6, 7, 5), args=(3, 2, 1, True, False, None)),
+            dict(x=data(1, 2, 4, 5, 6), args=((2, 3, 2), (1, 2, 1), (1, 1, 0), False, True, 5)),
+            dict(x=data(2, 4, 5, 6), args=(2, 1, 0, False, True, None)),
+        ],
+        "adaptive": [
+            dict(x=data(2, 2, 6, 7, 5), args=((3, 4, 2),)),
+            dict(x=data(1, 2, 5, 9, 7), args=(1,)),
+            dict(x=data(1, 1, 3, 4, 5), args=((5, 7, 6),)),
+            dict(x=data(2, 4, 5, 6), args=((None, 3, 4),)),
+        ],
+    }  # fmt: skip
+    for group in cases.values():
+        for case in group:
+            case["seed"] = int(rng.integers(2**31))
+    return cases
+
+
+def _rows_3d(device: object, dt: np.dtype) -> list[Row]:
+    """The rows of the 3-D ops, after the 2-D ones."""
+    cases = _cases_3d(dt)
+
+    def max_values(c):
+        got = pool3d.max_pool3d(c["x"], *c["args"], device=device)
+        return [(got, ref.max_pool3d(c["x"], *c["args"]).astype(dt), True)]
+
+    def max_indices(c):
+        kind = c.get("index_dtype", "int64")
+        got, got_i = pool3d.max_pool3d_with_indices(
+            c["x"], *c["args"], index_dtype=kind, device=device
+        )
+        want, want_i = ref.max_pool3d_with_indices(c["x"], *c["args"])
+        return [(got, want.astype(dt), True), (got_i, want_i.astype(kind), True)]
+
+    def max_backward(c):
+        _, idx = ref.max_pool3d_with_indices(c["x"], *c["args"])
+        g = _grad(c, idx.shape, dt)
+        got = pool3d.max_pool3d_with_indices_backward(g, c["x"], *c["args"], idx, device=device)
+        return [(got, ref.max_pool3d_with_indices_backward(g, c["x"], idx, *c["args"]), False)]
+
+    def avg(c):
+        got = pool3d.avg_pool3d(c["x"], *c["args"], device=device)
+        return [(got, ref.avg_pool3d(c["x"], *c["args"]), False)]
+
+    def avg_backward(c):
+        g = _grad(c, ref.avg_pool3d(c["x"], *c["args"]).shape, dt)
+        got = pool3d.avg_pool3d_backward(g, c["x"], *c["args"], device=device)
+        return [(got, ref.avg_pool3d_backward(g, c["x"], *c["args"]), False)]
+
+    def adaptive(c):
+        got = pool3d.adaptive_avg_pool3d(c["x"], *c["args"], device=device)
+        return [(got, ref.adaptive_avg_pool3d(c["x"], *c["args"]), False)]
+
+    def adaptive_backward(c):
+        g = _grad(c, ref.adaptive_avg_pool3d(c["x"], *c["args"]).shape, dt)
+        got = pool3d.adaptive_avg_pool3d_backward(g, c["x"], device=device)
+        return [(got, ref.adaptive_avg_pool3d_backward(g, c["x"]), False)]
+
+    return [
+        _run(label, dt, cases[family], exact, one)
+        for label, family, exact, one in (
+            ("max_pool3d", "max", True, max_values),
+            ("max_pool3d_with_indices", "max", True, max_indices),
+            ("max_pool3d_with_indices_backward", "max", False, max_backward),
+            ("avg_pool3d", "avg", False, avg),
+            ("avg_pool3d_backward", "avg", False, avg_backward),
+            ("adaptive_avg_pool3d", "adaptive", False, adaptive),
+            ("adaptive_avg_pool3d_backward", "adaptive", False, adaptive_backward),
+        )
+    ]
 
 
 def table_rows(rows: list[Row]) -> list[list[str]]:

@@ -30,8 +30,8 @@ _ADAPTIVE_SIZES = _ints("H", "W", "OH", "OW")
 _UNPOOL_SIZES = (("IP", LONG), ("OP", LONG))  # unpool.cl: flat input and output planes
 _ADAPTIVE_MAX_SIZES = _ints("D", "H", "W", "OD", "OH", "OW")
 _CONTIGUOUS = (
-    ("in", GLOBAL), ("out", GLOBAL), ("offset", LONG), *_ints("C", "H", "W"),
-    ("sn", LONG), ("sc", LONG), ("sh", LONG), ("sw", LONG),
+    ("in", GLOBAL), ("out", GLOBAL), ("offset", LONG), *_ints("C", "D", "H", "W"),
+    ("sn", LONG), ("sc", LONG), ("sd", LONG), ("sh", LONG), ("sw", LONG),
 )  # fmt: skip
 _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
     "max_pool2d_forward": (("x", GLOBAL), ("out", GLOBAL), ("indices", GLOBAL), *_MAX_SIZES),
@@ -88,6 +88,29 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
     "clpool_contiguous": _CONTIGUOUS,
     "clpool_contiguous_index": _CONTIGUOUS,
 }
+# The 3-D kernels (kernels_cl/pool3d.cl).
+_MAX3D_SIZES = _ints(
+    "D", "H", "W", "OD", "OH", "OW", "kd", "kh", "kw", "sd", "sh", "sw", "pd", "ph", "pw",
+    "dd", "dh", "dw",
+)  # fmt: skip
+_AVG3D_SIZES = _ints(
+    "D", "H", "W", "OD", "OH", "OW", "kd", "kh", "kw", "sd", "sh", "sw", "pd", "ph", "pw",
+    "count_include_pad", "divisor_override",
+)  # fmt: skip
+_ADAPTIVE3D_SIZES = _ints("D", "H", "W", "OD", "OH", "OW")
+_SIGNATURES.update(
+    max_pool3d_forward=(("x", GLOBAL), ("out", GLOBAL), ("indices", GLOBAL), *_MAX3D_SIZES),
+    max_pool3d_backward=(
+        ("grad_out", GLOBAL),
+        ("indices", GLOBAL),
+        ("grad_x", GLOBAL),
+        *_MAX3D_SIZES,
+    ),  # fmt: skip
+    avg_pool3d_forward=(("x", GLOBAL), ("out", GLOBAL), *_AVG3D_SIZES),
+    avg_pool3d_backward=(("grad_out", GLOBAL), ("grad_x", GLOBAL), *_AVG3D_SIZES),
+    adaptive_avg_pool3d_forward=(("x", GLOBAL), ("out", GLOBAL), *_ADAPTIVE3D_SIZES),
+    adaptive_avg_pool3d_backward=(("grad_out", GLOBAL), ("grad_x", GLOBAL), *_ADAPTIVE3D_SIZES),
+)
 for _name in ("max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward",
               "avg_pool2d_backward", "adaptive_avg_pool2d_backward"):  # fmt: skip
     _SIGNATURES[f"{_name}_plane"] = _SIGNATURES[_name]

@@ -95,6 +95,15 @@ def _index_bits(index_dtype: object) -> int:
         ) from None
 
 
+def _given_index_bits(indices: Tensor) -> int:
+    """The width of a backward op's indices, int64 or int32."""
+    if indices.dtype not in INDEX_BITS:
+        raise Problem(
+            PoolArgumentError, f"indices must be int64 or int32, got {indices.dtype.name}"
+        )
+    return INDEX_BITS[indices.dtype]
+
+
 def _max_sizes(win: shapes.Window, h: int, w: int) -> dict[str, int]:
     return dict(H=h, W=w, OH=win.oh, OW=win.ow, kh=win.kh, kw=win.kw, sh=win.sh, sw=win.sw,
                 ph=win.ph, pw=win.pw, dh=win.dh, dw=win.dw)  # fmt: skip
@@ -228,11 +237,7 @@ def _plan_max_backward(
     out_shape = x.shape[:-2] + (win.oh, win.ow)
     shapes.expect_shape("grad_output", grad.shape, out_shape)
     shapes.expect_shape("indices", indices.shape, out_shape)
-    if indices.dtype not in INDEX_BITS:
-        raise Problem(
-            PoolArgumentError, f"indices must be int64 or int32, got {indices.dtype.name}"
-        )
-    p.index_bits = INDEX_BITS[indices.dtype]
+    p.index_bits = _given_index_bits(indices)
     _check_index_range(p.index_bits, h * w)
     p.specialize("max_pool2d_backward", (h * w, win.oh * win.ow), win, planes=n * c)
     p.output("grad_x", x.shape)

@@ -23,6 +23,7 @@ from .shapes import Window
 SOURCES = {"max": "max_pool.cl", "avg": "avg_pool.cl", "adaptive": "adaptive_pool.cl"}
 SOURCES["unpool"] = "unpool.cl"
 SOURCES["adaptive_max"] = "adaptive_max_pool.cl"
+SOURCES["pool3d"] = "pool3d.cl"  # the 3-D family: max, average and adaptive average
 DTYPE_BITS = {np.dtype(np.float16): 16, np.dtype(np.float32): 32, np.dtype(np.float64): 64}
 BFLOAT16_BITS = 17  # -DCLPOOL_DTYPE of bfloat16 (kernels_cl/clpool.h)
 
@@ -293,19 +294,20 @@ class Planner:
         a = self.arrays[i]
         if not isinstance(a, cla.Array) or a.size == 0 or a.flags.c_contiguous and a.offset == 0:
             return None
-        n, c, h, w = (1,) * (4 - a.ndim) + a.shape
-        strides = (0,) * (4 - a.ndim) + tuple(s // a.dtype.itemsize for s in a.strides)
+        n, c, d, h, w = (1,) * (5 - a.ndim) + a.shape
+        strides = (0,) * (5 - a.ndim) + tuple(s // a.dtype.itemsize for s in a.strides)
         name = "clpool_contiguous" if a.dtype == self.dtype else "clpool_contiguous_index"
-        sizes, local = ndrange(self.rt.device, w, h, n * c)
+        sizes, local = ndrange(self.rt.device, w, h, n * c * d)
         return kernels.bind(
             self.kernel(name, own=True),
             sizes,
             local,
             slots={"in": f"{slot}:src", "out": slot, "offset": f"{slot}:offset"},
             C=c,
+            D=d,
             H=h,
             W=w,
-            **dict(zip(("sn", "sc", "sh", "sw"), strides, strict=True)),
+            **dict(zip(("sn", "sc", "sd", "sh", "sw"), strides, strict=True)),
         )
 
     def plan(self, *inputs: str | None) -> Plan:

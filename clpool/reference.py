@@ -1,9 +1,11 @@
-"""A float64 reference of the seven pooling ops, for checks and tests.
+"""A float64 reference of the seven 2-D pooling ops and the seven 3-D ones, for checks
+and tests.
 
 Written from SPEC.md and PyTorch's ATen CPU code, independently of the OpenCL kernels
 and of clpool.shapes: plain loops over the output (forward) or scatters from the output
 (backward, as ATen's CPU kernels do), with the batch and channel planes vectorised by
-numpy. Inputs are numpy arrays (3-D unbatched or 4-D), any dtype numpy can turn into
+numpy. Inputs are numpy arrays (2-D ops: 3-D unbatched or 4-D; 3-D ops: 4-D unbatched
+or 5-D), any dtype numpy can turn into
 float64; results are float64 (indices int64) with the input's rank. Arguments are taken
 to be valid: checking them is the ops' job.
 """
@@ -342,4 +344,155 @@ def adaptive_max_pool_backward(grad_output, x, indices, rank: int) -> np.ndarray
         ok = (ind[:, k] >= 0) & (ind[:, k] < volume)
         rows = np.nonzero(ok)[0]
         grad[rows, ind[rows, k]] += g[rows, k]
+
+
+# ---------------------------------------------------------------- 3-D pooling
+
+
+def _triple(value) -> tuple[int, int, int]:
+    if isinstance(value, (tuple, list)):
+        return tuple(int(value[a]) for a in ((0, 0, 0) if len(value) == 1 else (0, 1, 2)))
+    return (int(value),) * 3
+
+
+def _volumes(x: np.ndarray) -> np.ndarray:
+    """x as float64 volumes (N*C, D, H, W)."""
+    x = np.asarray(x)
+    return x.astype(np.float64).reshape((int(np.prod(x.shape[:-3])),) + x.shape[-3:])
+
+
+def _window3d_args(shape, kernel_size, stride, padding, dilation, ceil_mode):
+    k, p, d = _triple(kernel_size), _triple(padding), _triple(dilation)
+    s = (
+        k
+        if stride is None or (isinstance(stride, (tuple, list)) and not stride)
+        else _triple(stride)
+    )
+    out = tuple(pooled_size(shape[-3 + a], k[a], s[a], p[a], d[a], ceil_mode) for a in range(3))
+    return k, s, p, d, out
+
+
+def max_pool3d_with_indices(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """(values, int64 indices d*H*W + h*W + w) as max_pool2d_with_indices over volumes: -inf
+    and index -1 for a window with no element."""
+    xv = _volumes(x)
+    size = xv.shape[1:]
+    k, s, p, dil, out = _window3d_args(xv.shape, kernel_size, stride, padding, dilation,
+                                       ceil_mode)  # fmt: skip
+    values = np.empty((xv.shape[0], *out))
+    idx = np.empty((xv.shape[0], *out), np.int64)
+    for o in np.ndindex(*out):
+        taps = [
+            [t for t in range(o[a] * s[a] - p[a], o[a] * s[a] - p[a] + k[a] * dil[a], dil[a])
+             if 0 <= t < size[a]]
+            for a in range(3)
+        ]  # fmt: skip
+        best = np.full(xv.shape[0], -np.inf)
+        where = np.full(xv.shape[0], -1, np.int64)
+        for i in taps[0]:
+            for j in taps[1]:
+                for m in taps[2]:
+                    v = xv[:, i, j, m]
+                    at = (i * size[1] + j) * size[2] + m
+                    take = (where < 0) | (v > best) | np.isnan(v)
+                    best = np.where(take, v, best)
+                    where = np.where(take, at, where)
+        values[(slice(None), *o)] = best
+        idx[(slice(None), *o)] = where
+    lead = np.shape(x)[:-3]
+    return values.reshape(lead + tuple(out)), idx.reshape(lead + tuple(out))
+
+
+def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    return max_pool3d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)[0]
+
+
+def max_pool3d_with_indices_backward(
+    grad_output, x, indices, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False
+):
+    """Adds each grad_output element to the input element its index names; an index that
+    names no element of the volume is ignored."""
+    shape = np.shape(x)
+    *_, out = _window3d_args(shape, kernel_size, stride, padding, dilation, ceil_mode)
+    assert np.shape(grad_output) == tuple(shape[:-3]) + out, "grad_output shape"
+    volume = int(np.prod(shape[-3:]))
+    g = _volumes(grad_output).reshape(-1, int(np.prod(out)))
+    ind = np.asarray(indices).astype(np.int64).reshape(g.shape)
+    grad = np.zeros((g.shape[0], volume))
+    ok = (ind >= 0) & (ind < volume)
+    plane = np.broadcast_to(np.arange(g.shape[0])[:, None], g.shape)
+    np.add.at(grad, (plane[ok], ind[ok]), g[ok])
+    return grad.reshape(shape)
+
+
+def _avg3d_cells(shape, kernel_size, stride, padding, ceil_mode, count_include_pad, override):
+    """(out, cells): for each output position its in-volume slices and divisor, as ATen's
+    avg_pool3d: the count_include_pad divisor is the window clipped to the padded input."""
+    k, s, p, _, out = _window3d_args(shape, kernel_size, stride, padding, 1, ceil_mode)
+    size = shape[-3:]
+    cells = []
+    for o in np.ndindex(*out):
+        lo = [o[a] * s[a] - p[a] for a in range(3)]
+        hi = [min(lo[a] + k[a], size[a] + p[a]) for a in range(3)]
+        inside = [slice(max(lo[a], 0), min(hi[a], size[a])) for a in range(3)]
+        if override:
+            div = override
+        elif count_include_pad:
+            div = math.prod(hi[a] - lo[a] for a in range(3))
+        else:
+            div = math.prod(c.stop - c.start for c in inside)
+        cells.append((o, tuple(inside), div))
+    return out, cells
+
+
+def avg_pool3d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):  # fmt: skip
+    xv = _volumes(x)
+    out, cells = _avg3d_cells(xv.shape, kernel_size, stride, padding, ceil_mode,
+                              count_include_pad, divisor_override)  # fmt: skip
+    result = np.zeros((xv.shape[0], *out))
+    for o, inside, div in cells:
+        result[(slice(None), *o)] = xv[(slice(None), *inside)].sum(axis=(1, 2, 3)) / div
+    return result.reshape(np.shape(x)[:-3] + tuple(out))
+
+
+def avg_pool3d_backward(grad_output, x, kernel_size, stride=None, padding=0, ceil_mode=False,
+                        count_include_pad=True, divisor_override=None):  # fmt: skip
+    """Adds grad / divisor to every input element of each window."""
+    shape = np.shape(x)
+    g = _volumes(grad_output)
+    out, cells = _avg3d_cells(shape, kernel_size, stride, padding, ceil_mode,
+                              count_include_pad, divisor_override)  # fmt: skip
+    assert g.shape[1:] == out, "grad_output shape"
+    grad = np.zeros((g.shape[0], *shape[-3:]))
+    for o, inside, div in cells:
+        grad[(slice(None), *inside)] += (g[(slice(None), *o)] / div)[:, None, None, None]
+    return grad.reshape(shape)
+
+
+def adaptive_avg_pool3d(x, output_size):
+    xv = _volumes(x)
+    size = xv.shape[1:]
+    want = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size,)
+    want = want * 3 if len(want) == 1 else want
+    out = tuple(size[a] if want[a] is None else int(want[a]) for a in range(3))
+    result = np.zeros((xv.shape[0], *out))
+    for o in np.ndindex(*out):
+        cell = tuple(_cell(o[a], size[a], out[a]) for a in range(3))
+        result[(slice(None), *o)] = xv[(slice(None), *cell)].mean(axis=(1, 2, 3))
+    return result.reshape(np.shape(x)[:-3] + out)
+
+
+def adaptive_avg_pool3d_backward(grad_output, x):
+    """Adds grad / cell volume to every input element of each cell; the output size is
+    grad_output's."""
+    shape = np.shape(x)
+    size = shape[-3:]
+    g = _volumes(grad_output)
+    out = g.shape[1:]
+    grad = np.zeros((g.shape[0], *size))
+    for o in np.ndindex(*out):
+        cell = tuple(_cell(o[a], size[a], out[a]) for a in range(3))
+        count = math.prod(c.stop - c.start for c in cell)
+        grad[(slice(None), *cell)] += (g[(slice(None), *o)] / count)[:, None, None, None]
     return grad.reshape(shape)

@@ -118,6 +118,25 @@ def flag(value: object, name: str) -> bool:
 MAX_TILE = 64
 
 
+def _window_sizes(n: int, kernel_size, stride, padding, dilation) -> tuple[tuple, ...]:
+    """(kernel_size, stride, padding, dilation) of a window over `n` axes, each a tuple of
+    `n` checked ints; no stride means the kernel size."""
+    k = sizes(kernel_size, "kernel_size", n)
+    no_stride = stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0)
+    s = k if no_stride else sizes(stride, "stride", n)
+    p = sizes(padding, "padding", n)
+    d = sizes(dilation, "dilation", n)
+    if min(k) <= 0:
+        raise _bad(f"kernel_size must be greater than zero, got {k}")
+    if min(s) <= 0:
+        raise _bad(f"stride must be greater than zero, got {s}")
+    if min(d) <= 0:
+        raise _bad(f"dilation must be greater than zero, got {d}")
+    if min(p) < 0:
+        raise _bad(f"padding must be non-negative, got {p}")
+    return k, s, p, d
+
+
 def window(
     hw: tuple[int, int],
     kernel_size: object,
@@ -129,19 +148,7 @@ def window(
     family: str,
 ) -> Window:
     """Check a max ("max") or average ("avg") pooling window against the input plane."""
-    k = pair(kernel_size, "kernel_size")
-    no_stride = stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0)
-    s = k if no_stride else pair(stride, "stride")
-    p = pair(padding, "padding")
-    d = pair(dilation, "dilation")
-    if min(k) <= 0:
-        raise _bad(f"kernel_size must be greater than zero, got {k}")
-    if min(s) <= 0:
-        raise _bad(f"stride must be greater than zero, got {s}")
-    if min(d) <= 0:
-        raise _bad(f"dilation must be greater than zero, got {d}")
-    if min(p) < 0:
-        raise _bad(f"padding must be non-negative, got {p}")
+    k, s, p, d = _window_sizes(2, kernel_size, stride, padding, dilation)
     for axis in range(2):
         limit = ((k[axis] - 1) * d[axis] + 1) // 2 if family == "max" else k[axis] // 2
         if p[axis] > limit:
@@ -163,6 +170,52 @@ def window(
     return Window(
         kh=k[0], kw=k[1], sh=s[0], sw=s[1], ph=p[0], pw=p[1], dh=d[0], dw=d[1], oh=out[0], ow=out[1]
     )
+
+
+@dataclass(frozen=True)
+class Window3d:
+    """A sliding window over a (D, H, W) volume and the output volume it gives: each field
+    holds its (d, h, w) sizes."""
+
+    k: tuple[int, ...]
+    s: tuple[int, ...]
+    p: tuple[int, ...]
+    d: tuple[int, ...]
+    out: tuple[int, ...]
+
+
+def window3d(
+    dhw: tuple[int, ...],
+    kernel_size: object,
+    stride: object,
+    padding: object,
+    dilation: object,
+    ceil_mode: object,
+    *,
+    family: str,
+) -> Window3d:
+    """Check a 3-D max ("max") or average ("avg") pooling window against the input volume,
+    as ATen's pool3d_shape_check: padding at most half the kernel (dilation aside), and
+    average pooling refuses a volume smaller than its kernel."""
+    k, s, p, d = _window_sizes(3, kernel_size, stride, padding, dilation)
+    if family == "avg" and any(dhw[a] < k[a] for a in range(3)):
+        raise _bad(f"input volume {tuple(dhw)} is smaller than kernel_size {k}")
+    if any(p[a] > k[a] // 2 for a in range(3)):
+        raise _bad(
+            f"padding should be at most half of the kernel size, got padding {p} "
+            f"for kernel_size {k}"
+        )
+    ceil = flag(ceil_mode, "ceil_mode")
+    out = tuple(output_size(dhw[a], k[a], s[a], p[a], d[a], ceil) for a in range(3))
+    if min(out) < 1:
+        raise _bad(f"output size is too small: input volume {tuple(dhw)} gives output {out}")
+    s = tuple(min(s[a], dhw[a] + 2 * p[a] + 1) if out[a] == 1 else s[a] for a in range(3))
+    if any(dhw[a] + 2 * p[a] + (k[a] - 1) * d[a] + s[a] >= 2**31 for a in range(3)):
+        raise _bad(
+            f"input volume {tuple(dhw)} with kernel_size {k}, stride {s}, padding {p} and "
+            f"dilation {d} is too large for 32-bit window arithmetic"
+        )
+    return Window3d(k=k, s=s, p=p, d=d, out=out)
 
 
 def adaptive_output(spatial: tuple[int, ...], output_size: object) -> tuple[int, ...]:

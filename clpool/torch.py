@@ -19,6 +19,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from clpool import adaptive_max as _adaptive_max
 from clpool import adopt as _adopt
 from clpool import ops as _ops
+from clpool import pool3d as _pool3d
 from clpool import unpool as _unpool
 from clpool.bfloat16 import is_bfloat16
 from clpool.errors import reporting
@@ -36,6 +37,12 @@ __all__ = [
     "adaptive_max_pool3d",
     "avg_pool2d",
     "max_pool2d",
+    "AdaptiveAvgPool3d",
+    "AvgPool3d",
+    "MaxPool3d",
+    "adaptive_avg_pool3d",
+    "avg_pool3d",
+    "max_pool3d",
 ]
 
 _size_2_t = int | tuple[int, ...]
@@ -571,3 +578,179 @@ class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
     """torch.nn.AdaptiveMaxPool3d on clpool: same arguments, attributes and repr."""
 
     rank = 3
+
+
+# --- 3-D: autograd functions, functions and modules ------------------------------------
+
+
+class MaxPool3dFunction(torch.autograd.Function):
+    """max_pool3d with indices; backward runs clpool.max_pool3d_with_indices_backward."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: FunctionCtx,
+        input: torch.Tensor,
+        kernel_size: _size_2_t,
+        stride: _size_2_t | None,
+        padding: _size_2_t,
+        dilation: _size_2_t,
+        ceil_mode: bool,
+        device: object,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        label = "max_pool3d_with_indices"
+        out, indices = _pool3d.max_pool3d_with_indices(
+            _host(input, label), kernel_size, stride, padding, dilation, ceil_mode,
+            index_dtype="int64", device=device,
+        )  # fmt: skip
+        out_t, indices_t = _tensor(out, input), _tensor(indices, input)
+        ctx.save_for_backward(input, indices_t)
+        ctx.params = (kernel_size, stride, padding, dilation, ceil_mode, device)  # type: ignore[attr-defined]
+        ctx.mark_non_differentiable(indices_t)
+        return out_t, indices_t
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_output: torch.Tensor, _grad_indices: Any) -> tuple:
+        input, indices = ctx.saved_tensors
+        kernel_size, stride, padding, dilation, ceil_mode, device = ctx.params
+        label = "max_pool3d_with_indices_backward"
+        grad = _pool3d.max_pool3d_with_indices_backward(
+            _host(grad_output, label), _host(input, label), kernel_size, stride, padding,
+            dilation, ceil_mode, _host(indices, label), device=device,
+        )  # fmt: skip
+        return _tensor(grad, input), None, None, None, None, None, None
+
+
+class AvgPool3dFunction(torch.autograd.Function):
+    """avg_pool3d; backward runs clpool.avg_pool3d_backward."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: FunctionCtx,
+        input: torch.Tensor,
+        kernel_size: _size_2_t,
+        stride: _size_2_t | None,
+        padding: _size_2_t,
+        ceil_mode: bool,
+        count_include_pad: bool,
+        divisor_override: int | None,
+        device: object,
+    ) -> torch.Tensor:
+        params = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+        out = _pool3d.avg_pool3d(_host(input, "avg_pool3d"), *params, device=device)
+        ctx.save_for_backward(input)
+        ctx.params = (*params, device)  # type: ignore[attr-defined]
+        return _tensor(out, input)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple:
+        (input,) = ctx.saved_tensors
+        *params, device = ctx.params
+        label = "avg_pool3d_backward"
+        grad = _pool3d.avg_pool3d_backward(
+            _host(grad_output, label), _host(input, label), *params, device=device
+        )
+        return _tensor(grad, input), None, None, None, None, None, None, None
+
+
+class AdaptiveAvgPool3dFunction(torch.autograd.Function):
+    """adaptive_avg_pool3d; backward runs clpool.adaptive_avg_pool3d_backward."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: FunctionCtx, input: torch.Tensor, output_size: _size_opt_t, device: object
+    ) -> torch.Tensor:
+        out = _pool3d.adaptive_avg_pool3d(
+            _host(input, "adaptive_avg_pool3d"), output_size, device=device
+        )
+        ctx.save_for_backward(input)
+        ctx.device = device  # type: ignore[attr-defined]
+        return _tensor(out, input)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple:
+        (input,) = ctx.saved_tensors
+        label = "adaptive_avg_pool3d_backward"
+        grad = _pool3d.adaptive_avg_pool3d_backward(
+            _host(grad_output, label), _host(input, label), device=ctx.device
+        )
+        return _tensor(grad, input), None, None
+
+
+def max_pool3d(
+    input: torch.Tensor,
+    kernel_size: _size_2_t,
+    stride: _size_2_t | None = None,
+    padding: _size_2_t = 0,
+    dilation: _size_2_t = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+    *,
+    device: object = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """3-D max pooling, as torch.nn.functional.max_pool3d; with return_indices, also the
+    int64 flat index of each maximum in its input volume."""
+    if not return_indices and not _tracked(input):
+        out = _pool3d.max_pool3d(
+            _host(input, "max_pool3d"), kernel_size, stride, padding, dilation, ceil_mode,
+            device=device,
+        )  # fmt: skip
+        return _tensor(out, input)
+    out, indices = MaxPool3dFunction.apply(
+        input, kernel_size, stride, padding, dilation, ceil_mode, device
+    )
+    return (out, indices) if return_indices else out
+
+
+def avg_pool3d(
+    input: torch.Tensor,
+    kernel_size: _size_2_t,
+    stride: _size_2_t | None = None,
+    padding: _size_2_t = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+    *,
+    device: object = None,
+) -> torch.Tensor:
+    """3-D average pooling, as torch.nn.functional.avg_pool3d."""
+    return AvgPool3dFunction.apply(
+        input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
+        device,
+    )  # fmt: skip
+
+
+def adaptive_avg_pool3d(
+    input: torch.Tensor, output_size: _size_opt_t, *, device: object = None
+) -> torch.Tensor:
+    """3-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool3d."""
+    return AdaptiveAvgPool3dFunction.apply(input, output_size, device)
+
+
+class MaxPool3d(MaxPool2d):
+    """torch.nn.MaxPool3d on clpool: same arguments, attributes and repr."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        return max_pool3d(
+            input, self.kernel_size, self.stride, self.padding, self.dilation,
+            ceil_mode=self.ceil_mode, return_indices=self.return_indices,
+        )  # fmt: skip
+
+
+class AvgPool3d(AvgPool2d):
+    """torch.nn.AvgPool3d on clpool: same arguments, attributes and repr."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return avg_pool3d(
+            input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+            self.count_include_pad, self.divisor_override,
+        )  # fmt: skip
+
+
+class AdaptiveAvgPool3d(AdaptiveAvgPool2d):
+    """torch.nn.AdaptiveAvgPool3d on clpool: same argument, attribute and repr."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return adaptive_avg_pool3d(input, self.output_size)

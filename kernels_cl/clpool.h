@@ -395,7 +395,7 @@ inline pos_t avg_divisor(int hs, int ws, int kh, int kw, int H, int W, int ph, i
     return (pos_t)(min(he, H) - max(hs, 0)) * (min(we, W) - max(ws, 0));
 }
 
-/* out = the strided 4-D view (N, C, H, W) of `in` starting at element `offset`,
+/* out = the strided 5-D view (N, C, D, H, W) of `in` starting at element `offset`,
  * made contiguous: clpool_contiguous for data, clpool_contiguous_index for max
  * pooling indices. Every program carries both, so a strided input needs no other
  * program than its op's. */
@@ -407,15 +407,17 @@ inline pos_t avg_divisor(int hs, int ws, int kh, int kw, int H, int W, int ph, i
 #endif
 #define CONTIGUOUS_KERNEL(name, T, load, store)                                    \
 __kernel void name(__global const T *in, __global T *out, long offset,              \
-                   int C, int H, int W, long sn, long sc, long sh, long sw)        \
+                   int C, int D, int H, int W, long sn, long sc, long sd, long sh, \
+                   long sw)                                                        \
 {                                                                                  \
     int w = get_global_id(0);                                                      \
     if (w >= W)                                                                    \
         return;                                                                    \
-    long plane = PLANE_ID(), n = plane / C, c = plane % C;                         \
+    long plane = PLANE_ID(), n = plane / ((long)C * D), c = plane / D % C;         \
+    long d = plane % D;                                                            \
     FOR_EACH_ROW(h, H)                                                             \
         store(out, (plane * H + h) * W + w,                                        \
-              load(in, offset + n * sn + c * sc + h * sh + w * sw));               \
+              load(in, offset + n * sn + c * sc + d * sd + h * sh + w * sw));      \
 }
 CONTIGUOUS_KERNEL(clpool_contiguous, elem_t, COPY_LOAD, COPY_STORE)
 CONTIGUOUS_KERNEL(clpool_contiguous_index, index_t, IDENTITY_LOAD, IDENTITY_STORE)

@@ -26,7 +26,8 @@ CPU kernels: the max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAP
 clpool_contiguous (non-contiguous device arrays), adaptive_max_pool_forward (with and
 without indices, int32 and int64) and adaptive_max_pool_backward and its `_plane` twin
 (including indices outside the volume), max_unpool_clear/claim/scatter/gather
-(unpool_cases), in float32 and float64; and a few of them in bfloat16 (bfloat16_cases).
+(unpool_cases) and the 3-D kernels of pool3d.cl (WINDOWS_3D), in float32 and float64; and
+a few of them in bfloat16 (bfloat16_cases).
 """
 
 from __future__ import annotations
@@ -441,6 +442,69 @@ def unpool_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 
 FAMILIES += (unpool_cases,)
 TINY = {"bfloat16": (bfloat16_cases,)}  # dtypes that run only their own few cases
+
+# (name, shape, kernel_size, stride, padding, dilation, ceil_mode) of the 3-D ops; the avg
+# cases take the windows without dilation that avg_pool3d accepts.
+WINDOWS_3D = [
+    ("pad-overlap", (1, 2, 4, 5, 6), 3, 2, 1, 1, True),
+    ("mixed", (2, 1, 3, 4, 5), (2, 3, 1), (1, 2, 1), (1, 1, 0), 1, False),
+    ("dilation-misses", (1, 1, 2, 3, 3), 2, 1, 1, (3, 1, 2), False),
+    ("unbatched", (2, 3, 3, 4), 2, 1, 0, 1, True),
+    ("batch-0", (0, 2, 3, 3, 3), 2, 1, 0, 1, False),
+]
+ADAPTIVE_3D = (2, 3, 4)  # down along D, up along W
+
+
+def pool3d_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    """The 3-D kernels: max forward with and without indices (int64, int32), max backward
+    (with indices outside the volume), average and adaptive average forward and backward,
+    and a strided 5-D device input (clpool_contiguous of pool3d.cl)."""
+    for seed, (name, shape, k, s, p, d, ceil) in enumerate(WINDOWS_3D):
+        x = _data(shape, dtype, 700 + seed, ties=seed % 2 == 0)
+        args = (k, s, p, d, ceil)
+        yield (f"max_pool3d/{name}", lambda x=x, a=args: clpool.max_pool3d(x, *a),
+               lambda x=x, a=args: ref.max_pool3d(x, *a))
+        out, idx = ref.max_pool3d_with_indices(x, *args)
+        for index in ("int64", "int32"):
+            yield (f"max_pool3d_with_indices/{name}/{index}",
+                   lambda x=x, a=args, i=index: clpool.max_pool3d_with_indices(
+                       x, *a, index_dtype=i),
+                   lambda x=x, a=args: ref.max_pool3d_with_indices(x, *a))
+            bad = idx.astype(index)
+            flat = bad.reshape(-1)
+            flat[::3] = -1
+            flat[1::4] = np.prod(shape[-3:])  # one past the volume
+            grad = _data(out.shape, dtype, 800 + seed)
+            yield (f"max_pool3d_with_indices_backward/{name}/{index}",
+                   lambda g=grad, x=x, i=bad, a=args: clpool.max_pool3d_with_indices_backward(
+                       g, x, *a, indices=i),
+                   lambda g=grad, x=x, i=bad, a=args: ref.max_pool3d_with_indices_backward(
+                       g, x, i, *a))
+        if d == 1:
+            avg = (k, s, p, ceil, seed % 2 == 0, 3 if seed == 1 else None)
+            yield (f"avg_pool3d/{name}", lambda x=x, a=avg: clpool.avg_pool3d(x, *a),
+                   lambda x=x, a=avg: ref.avg_pool3d(x, *a))
+            grad = _data(ref.avg_pool3d(x, *avg).shape, dtype, 900 + seed)
+            yield (f"avg_pool3d_backward/{name}",
+                   lambda g=grad, x=x, a=avg: clpool.avg_pool3d_backward(g, x, *a),
+                   lambda g=grad, x=x, a=avg: ref.avg_pool3d_backward(g, x, *a))
+        yield (f"adaptive_avg_pool3d/{name}",
+               lambda x=x: clpool.adaptive_avg_pool3d(x, ADAPTIVE_3D),
+               lambda x=x: ref.adaptive_avg_pool3d(x, ADAPTIVE_3D))
+        grad = _data(ref.adaptive_avg_pool3d(x, ADAPTIVE_3D).shape, dtype, 1000 + seed)
+        yield (f"adaptive_avg_pool3d_backward/{name}",
+               lambda g=grad, x=x: clpool.adaptive_avg_pool3d_backward(g, x),
+               lambda g=grad, x=x: ref.adaptive_avg_pool3d_backward(g, x))
+    queue = discovery.runtime(discovery.select()).queue
+    base = _data((2, 3, 4, 5, 6), dtype, 1100)
+    view = cla.to_device(queue, base).transpose((1, 0, 2, 4, 3))
+    host = np.ascontiguousarray(base.transpose(1, 0, 2, 4, 3))
+    yield ("contiguous/max_pool3d_with_indices/transpose",
+           lambda v=view: [a.get() for a in clpool.max_pool3d_with_indices(v, 2, 1, 1)],
+           lambda h=host: ref.max_pool3d_with_indices(h, 2, 1, 1))
+
+
+FAMILIES += (pool3d_cases,)
 
 _launched: set[str] = set()
 _kept: list[cl.Buffer] = []

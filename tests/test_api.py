@@ -44,6 +44,13 @@ BACKWARD_DEFAULTS = {
     "adaptive_avg_pool2d_backward": {},
     "adaptive_max_pool2d_backward": {},
     "adaptive_max_pool3d_backward": {},
+    "max_pool3d_with_indices_backward": dict(
+        stride=None, padding=0, dilation=1, ceil_mode=False, indices=None
+    ),
+    "avg_pool3d_backward": dict(
+        stride=None, padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
+    ),
+    "adaptive_avg_pool3d_backward": {},
 }
 
 
@@ -72,6 +79,7 @@ DOCUMENTED = {
     "avg_pool1d": "avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, "
     "count_include_pad=True)",
     "adaptive_avg_pool1d": "adaptive_avg_pool1d(input, output_size)",
+    "avg_pool3d": AVG_POOL2D.replace("avg_pool2d", "avg_pool3d"),
 }
 
 
@@ -83,14 +91,22 @@ def _torch_forward(name: str) -> list[tuple[str, object]]:
     fn = {"max_pool2d": F._max_pool2d, "max_pool1d": F._max_pool1d}.get(name) or getattr(F, name)
     if name.startswith("adaptive_max_pool"):  # boolean_dispatch wrappers too
         fn = getattr(F, "_" + name)
+    wrapped = {
+        "max_pool2d": F._max_pool2d,
+        "max_pool1d": F._max_pool1d,
+        "max_pool3d": F._max_pool3d,
+    }
+    fn = wrapped.get(name) or getattr(F, name)
     params = _params(fn)
-    if name == "max_pool2d_with_indices":  # torch's takes a return_indices it ignores
+    if name.endswith("_with_indices"):  # torch's takes a return_indices it ignores
         params = [p for p in params if p[0] != "return_indices"]
     return params
 
 
 def _aten_backward(name: str) -> list[tuple[str, object]]:
-    op = getattr(aten, name, None) or getattr(aten, "_" + name)
+    op = getattr(aten, name, None)
+    if op is None or "default" not in op.overloads():  # adaptive_avg_pool3d_backward: out= only
+        op = getattr(aten, "_" + name)
     names = [a.name for a in op.default._schema.arguments]
     names = ["input" if n == "self" else n for n in names]
     defaults = BACKWARD_DEFAULTS[name]
@@ -99,6 +115,7 @@ def _aten_backward(name: str) -> list[tuple[str, object]]:
 
 FORWARD = ["max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "adaptive_avg_pool2d",
            "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d",
+           "max_pool3d", "max_pool3d_with_indices", "avg_pool3d", "adaptive_avg_pool3d",
            "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d"]
 BACKWARD = list(BACKWARD_DEFAULTS)
 # ATen has no 1-D backward ops (torch runs the 2-D ones): clpool's take the 2-D ones'

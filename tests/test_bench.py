@@ -66,9 +66,28 @@ def test_bench_json_on_a_tiny_shape(device):
     report = json.loads(result.stdout)  # progress goes to stderr, the JSON alone to stdout
     assert report["loops"] == 1 and report["min_time_s"] == 0.005
     ops = [c.op for c in bench.default_cases(False, bench.OPS, (1, 1, 8, 8))]
-    assert set(ops) == set(bench.OPS)
+    assert set(ops) == set(bench.OPS) - set(bench.WINDOWED_3D)
     _check_report(report, device, ops, [1, 1, 8, 8])
     assert "bench" in result.stderr
+
+
+def test_bench_json_on_a_tiny_volume(device):
+    """A shape of five sizes times the 3-D ops, PyTorch beside them."""
+    result = invoke("--shape", "1,2,4,5,6", "--json", *FAST)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    ops = [c.op for c in bench.default_cases(False, bench.OPS, (1, 2, 4, 5, 6))]
+    assert ops == list(bench.WINDOWED_3D)
+    _check_report(report, device, ops, [1, 2, 4, 5, 6])
+    assert all(row["torch_wall_us"] > 0 for row in report["rows"])
+
+
+def test_the_default_sweep_has_the_3d_cases_with_the_batch_scaled_on_a_cpu():
+    for cpu, n in ((False, 8), (True, 2)):
+        cases = [c for c in bench.default_cases(cpu) if c.op in bench.WINDOWED_3D]
+        assert [c.op for c in cases] == list(bench.WINDOWED_3D)
+        assert {c.shape for c in cases} == {(n, 64, 16, 56, 56)}
+        assert {c.label for c in cases} == {"k3 s2 p1"}
 
 
 def test_bench_table_labels_wall_and_kernel_columns(device):

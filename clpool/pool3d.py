@@ -1,0 +1,317 @@
+"""The 3-D pooling ops of torch.nn.functional and ATen over (N, C, D, H, W) or (C, D, H, W)
+inputs, on the kernels of kernels_cl/pool3d.cl. Max pooling's indices are flat in the
+unpadded volume: d * H * W + h * W + w."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import plans, shapes
+from .errors import PoolArgumentError, Problem, Where, reporting
+from .ops import (
+    Tensor,
+    _backward_planner,
+    _check_index_range,
+    _given_index_bits,
+    _index_bits,
+    _run,
+)
+from .plans import Planner
+
+FAMILY = "pool3d"
+
+
+def _unbatched(shape: tuple[int, ...], ndim: int) -> tuple[int, ...]:
+    """An output shape of (N, C, D, H, W) as the caller's input had it: 4-D input, no N."""
+    return shape if ndim == 5 else shape[1:]
+
+
+def _split(shape: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
+    """(N, C, (D, H, W)) of an input; an unbatched one is seen as N = 1."""
+    n, c, *dhw = shapes.split_batch_nd(shape, 3)
+    return n, c, tuple(dhw)
+
+
+def _volumes(p: Planner, dhw: tuple[int, ...], out: tuple[int, ...]) -> None:
+    """64-bit offsets inside a volume where the input's or the output's has 2^31 elements
+    or more."""
+    if max(math.prod(dhw), math.prod(out)) >= 2**31:
+        p.options += ("-DCLPOOL_LARGE_PLANE",)
+
+
+def _axes(prefix: str, values: tuple[int, ...]) -> dict[str, int]:
+    return {f"{prefix}{axis}": v for axis, v in zip("dhw", values, strict=True)}
+
+
+def _shape_sizes(dhw: tuple[int, ...], out: tuple[int, ...]) -> dict[str, int]:
+    return dict(D=dhw[0], H=dhw[1], W=dhw[2], OD=out[0], OH=out[1], OW=out[2])
+
+
+def _max_sizes(win: shapes.Window3d, dhw: tuple[int, ...]) -> dict[str, int]:
+    return {**_shape_sizes(dhw, win.out), **_axes("k", win.k), **_axes("s", win.s),
+            **_axes("p", win.p), **_axes("d", win.d)}  # fmt: skip
+
+
+def _avg_sizes(
+    win: shapes.Window3d, dhw: tuple[int, ...], include_pad: bool, divisor: int
+) -> dict[str, int]:
+    return {**_shape_sizes(dhw, win.out), **_axes("k", win.k), **_axes("s", win.s),
+            **_axes("p", win.p), "count_include_pad": int(include_pad),
+            "divisor_override": divisor}  # fmt: skip
+
+
+def _plan_max_forward(
+    where: Where, arrays: tuple, kernel_size, stride, padding, dilation, ceil_mode,
+    index_dtype: object, with_indices: bool, device: object, queue: object,
+) -> plans.Plan:  # fmt: skip
+    p = Planner(where, FAMILY, device, arrays, queue)
+    x = p.arrays[0]
+    n, c, dhw = _split(x.shape)
+    win = shapes.window3d(dhw, kernel_size, stride, padding, dilation, ceil_mode, family="max")
+    p.index_bits = _index_bits(index_dtype)
+    _check_index_range(p.index_bits, math.prod(dhw))
+    _volumes(p, dhw, win.out)
+    out_shape = _unbatched((n, c, *win.out), x.ndim)
+    p.output("out", out_shape)
+    if with_indices:
+        p.output("indices", out_shape, np.dtype(f"int{p.index_bits}"))
+    else:
+        p.options += ("-DCLPOOL_NO_INDICES",)
+    od, oh, ow = win.out
+    if n * c:
+        p.step(
+            "max_pool3d_forward",
+            (ow, oh, n * c * od),
+            slots=None if with_indices else {"indices": "out"},  # a placeholder, untouched
+            **_max_sizes(win, dhw),
+        )
+    return p.plan("x")
+
+
+def max_pool3d(
+    input: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    dilation=1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+    *,
+    index_dtype: object = "int64",
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """3-D max pooling, as torch.nn.functional.max_pool3d; with return_indices, as
+    max_pool3d_with_indices."""
+    if return_indices:
+        return max_pool3d_with_indices(
+            input, kernel_size, stride, padding, dilation, ceil_mode,
+            index_dtype=index_dtype, device=device, queue=queue, out=out,
+        )  # fmt: skip
+    params = (kernel_size, stride, padding, dilation, ceil_mode, "int64", False, device)
+    return _run("max_pool3d", _plan_max_forward, (input,), params, queue, out)[0]
+
+
+def max_pool3d_with_indices(
+    input: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    dilation=1,
+    ceil_mode: bool = False,
+    *,
+    index_dtype: object = "int64",
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> tuple[Tensor, Tensor]:
+    """3-D max pooling and the flat d*H*W + h*W + w index of each maximum in its input
+    volume; out=, where given, is a pair (values, indices)."""
+    params = (kernel_size, stride, padding, dilation, ceil_mode, index_dtype, True, device)
+    values, indices = _run(
+        "max_pool3d_with_indices", _plan_max_forward, (input,), params, queue, out, results=2
+    )
+    return values, indices
+
+
+def _plan_max_backward(
+    where: Where, arrays: tuple, kernel_size, stride, padding, dilation, ceil_mode, device,
+    queue,
+) -> plans.Plan:  # fmt: skip
+    p, batch = _backward_planner(where, FAMILY, device, arrays, queue, spatial=3)
+    n, c, dhw = batch[0], batch[1], batch[2:]
+    grad, x, indices = p.arrays
+    win = shapes.window3d(dhw, kernel_size, stride, padding, dilation, ceil_mode, family="max")
+    out_shape = x.shape[:-3] + win.out
+    shapes.expect_shape("grad_output", grad.shape, out_shape)
+    shapes.expect_shape("indices", indices.shape, out_shape)
+    p.index_bits = _given_index_bits(indices)
+    _check_index_range(p.index_bits, math.prod(dhw))
+    _volumes(p, dhw, win.out)
+    p.output("grad_x", x.shape)
+    d, h, w = dhw
+    if n * c:
+        p.step("max_pool3d_backward", (w, h, n * c * d), **_max_sizes(win, dhw))
+    return p.plan("grad_out", None, "indices")
+
+
+def max_pool3d_with_indices_backward(
+    grad_output: Tensor,
+    input: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    dilation=1,
+    ceil_mode: bool = False,
+    indices: Tensor | None = None,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """Gradient of max_pool3d_with_indices with respect to its input. The arguments are in
+    ATen's order: indices comes last (and is required)."""
+    label = "max_pool3d_with_indices_backward"
+    if indices is None:
+        with reporting(label):
+            raise Problem(PoolArgumentError, "indices is required (ATen's order: it comes last)")
+    params = (kernel_size, stride, padding, dilation, ceil_mode, device)
+    arrays = (grad_output, input, indices)
+    return _run(label, _plan_max_backward, arrays, params, queue, out)[0]
+
+
+def _avg_window(dhw, kernel_size, stride, padding, ceil_mode, include_pad, override):
+    """The window of 3-D average pooling on a (d, h, w) volume, count_include_pad as a bool
+    and divisor_override as an int (0: none)."""
+    win = shapes.window3d(dhw, kernel_size, stride, padding, 1, ceil_mode, family="avg")
+    return win, shapes.flag(include_pad, "count_include_pad"), shapes.divisor(override)
+
+
+def _plan_avg_forward(
+    where: Where, arrays: tuple, kernel_size, stride, padding, ceil_mode, include_pad,
+    override, device, queue,
+) -> plans.Plan:  # fmt: skip
+    p = Planner(where, FAMILY, device, arrays, queue)
+    x = p.arrays[0]
+    n, c, dhw = _split(x.shape)
+    win, include_pad, div = _avg_window(
+        dhw, kernel_size, stride, padding, ceil_mode, include_pad, override
+    )
+    _volumes(p, dhw, win.out)
+    p.output("out", _unbatched((n, c, *win.out), x.ndim))
+    od, oh, ow = win.out
+    if n * c:
+        p.step("avg_pool3d_forward", (ow, oh, n * c * od), **_avg_sizes(win, dhw, include_pad, div))
+    return p.plan("x")
+
+
+def avg_pool3d(
+    input: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """3-D average pooling, as torch.nn.functional.avg_pool3d."""
+    params = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, device)
+    return _run("avg_pool3d", _plan_avg_forward, (input,), params, queue, out)[0]
+
+
+def _plan_avg_backward(
+    where: Where, arrays: tuple, kernel_size, stride, padding, ceil_mode, include_pad,
+    override, device, queue,
+) -> plans.Plan:  # fmt: skip
+    p, batch = _backward_planner(where, FAMILY, device, arrays, queue, spatial=3)
+    n, c, dhw = batch[0], batch[1], batch[2:]
+    grad, x = p.arrays
+    win, include_pad, div = _avg_window(
+        dhw, kernel_size, stride, padding, ceil_mode, include_pad, override
+    )
+    shapes.expect_shape("grad_output", grad.shape, x.shape[:-3] + win.out)
+    _volumes(p, dhw, win.out)
+    p.output("grad_x", x.shape)
+    d, h, w = dhw
+    if n * c:
+        p.step("avg_pool3d_backward", (w, h, n * c * d), **_avg_sizes(win, dhw, include_pad, div))
+    return p.plan("grad_out", None)
+
+
+def avg_pool3d_backward(
+    grad_output: Tensor,
+    input: Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """Gradient of avg_pool3d with respect to its input."""
+    params = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, device)
+    arrays = (grad_output, input)
+    return _run("avg_pool3d_backward", _plan_avg_backward, arrays, params, queue, out)[0]
+
+
+def _plan_adaptive_forward(where: Where, arrays: tuple, output_size, device, queue) -> plans.Plan:
+    p = Planner(where, FAMILY, device, arrays, queue)
+    x = p.arrays[0]
+    n, c, dhw = _split(x.shape)
+    out = shapes.adaptive_output(tuple(dhw), output_size)
+    _volumes(p, dhw, out)
+    p.output("out", _unbatched((n, c, *out), x.ndim))
+    if n * c * math.prod(out):
+        p.step(
+            "adaptive_avg_pool3d_forward", (out[2], out[1], n * c * out[0]),
+            **_shape_sizes(dhw, out),
+        )  # fmt: skip
+    return p.plan("x")
+
+
+def adaptive_avg_pool3d(
+    input: Tensor, output_size, *, device: object = None, queue: object = None, out: object = None
+) -> Tensor:
+    """3-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool3d."""
+    params = (output_size, device)
+    return _run("adaptive_avg_pool3d", _plan_adaptive_forward, (input,), params, queue, out)[0]
+
+
+def _plan_adaptive_backward(where: Where, arrays: tuple, device, queue) -> plans.Plan:
+    p, batch = _backward_planner(where, FAMILY, device, arrays, queue, spatial=3)
+    n, c, dhw = batch[0], batch[1], batch[2:]
+    grad, x = p.arrays
+    shapes.expect_shape("grad_output", grad.shape[:-3], x.shape[:-3])
+    out = tuple(grad.shape[-3:])
+    _volumes(p, dhw, out)
+    p.output("grad_x", x.shape)
+    d, h, w = dhw
+    if n * c:
+        p.step("adaptive_avg_pool3d_backward", (w, h, n * c * d), **_shape_sizes(dhw, out))
+    return p.plan("grad_out", None)
+
+
+def adaptive_avg_pool3d_backward(
+    grad_output: Tensor,
+    input: Tensor,
+    *,
+    device: object = None,
+    queue: object = None,
+    out: object = None,
+) -> Tensor:
+    """Gradient of adaptive_avg_pool3d with respect to its input; the output size is
+    grad_output's."""
+    label = "adaptive_avg_pool3d_backward"
+    arrays = (grad_output, input)
+    return _run(label, _plan_adaptive_backward, arrays, (device,), queue, out)[0]

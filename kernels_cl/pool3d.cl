@@ -1,0 +1,233 @@
+/* 3-D pooling over (D, H, W) volumes. Forward kernels take one work-item per output,
+ * backward kernels one per input element: dimension 0 walks W, 1 walks H, 2 the
+ * (batch, channel, depth) rows of the output (forward) or the input (backward). Volume
+ * offsets are 64-bit; offsets inside a volume are pos_t (-DCLPOOL_LARGE_PLANE for a
+ * volume of 2^31 elements or more). */
+
+#include "clpool.h"
+
+/* The sizes every 3-D max pooling kernel takes: the volume's, the output's, then the
+ * window's (kernel, stride, padding, dilation), each as (d, h, w). */
+#define MAX_POOL3D_SIZES                                                            \
+    int D, int H, int W, int OD, int OH, int OW, int kd, int kh, int kw, int sd,    \
+    int sh, int sw, int pd, int ph, int pw, int dd, int dh, int dw
+
+/* The sizes of the 3-D average pooling kernels: as MAX_POOL3D_SIZES without dilation,
+ * then the divisor rule. */
+#define AVG_POOL3D_SIZES                                                            \
+    int D, int H, int W, int OD, int OH, int OW, int kd, int kh, int kw, int sd,    \
+    int sh, int sw, int pd, int ph, int pw, int count_include_pad, int divisor_override
+
+/* The sizes of the 3-D adaptive average pooling kernels. */
+#define ADAPTIVE_POOL3D_SIZES                                                       \
+    int D, int H, int W, int OD, int OH, int OW
+
+/* Declares (ow, oh, z) of this work-item, z the (volume, depth) row along dimension 2,
+ * and returns where (ow, oh) lies past the W x H extent. */
+#define ITEM3D(ow, oh, z, W, H)                                                     \
+    int ow = get_global_id(0), oh = get_global_id(1);                               \
+    long z = get_global_id(2);                                                      \
+    if (ow >= (W) || oh >= (H))                                                     \
+        return
+
+/* The first tap inside the volume sets the index (then a window of -inf names its
+ * first element); values only: no index to set. */
+#ifdef CLPOOL_NO_INDICES
+#define FIRST_TAP(best_i) 0
+#else
+#define FIRST_TAP(best_i) ((best_i) < 0)
+#endif
+
+/* out = max over the window, NaN winning (the last NaN in window order keeps its index,
+ * as in PyTorch) and ties keeping the first element in (d, h, w) window order; a window
+ * with no element gives -inf and index -1. max_pool3d builds with -DCLPOOL_NO_INDICES
+ * and passes a placeholder for `indices`. */
+__kernel void max_pool3d_forward(__global const elem_t *restrict x,
+                                 __global elem_t *restrict out,
+                                 __global index_t *restrict indices,
+                                 MAX_POOL3D_SIZES)
+{
+    ITEM3D(ow, oh, z, OW, OH);
+    long volume = z / OD;
+    int od = (int)(z - volume * OD);
+    __global const elem_t *xp = x + volume * D * H * W;
+    int ds = od * sd - pd, hs = oh * sh - ph, ws = ow * sw - pw;
+    int2 ti = taps_within(ds, kd, dd, D), tj = taps_within(hs, kh, dh, H),
+         tk = taps_within(ws, kw, dw, W);
+    acc_t best = -INFINITY;
+    pos_t best_i = -1;
+    for (int i = ti.x; i < ti.y; ++i) {
+        pos_t depth = (pos_t)(ds + i * dd) * H;
+        for (int j = tj.x; j < tj.y; ++j) {
+            pos_t row = (depth + hs + j * dh) * W + ws;
+            for (int k = tk.x; k < tk.y; ++k) {
+                pos_t at = row + k * dw;
+                acc_t v = LOAD(xp, at);
+                if (FIRST_TAP(best_i) || v > best || isnan(v)) {
+                    best = v;
+                    best_i = at;
+                }
+            }
+        }
+    }
+    long o = (z * OH + oh) * OW + ow;
+    STORE(out, o, best);
+#ifndef CLPOOL_NO_INDICES
+    indices[o] = (index_t)best_i;
+#endif
+}
+
+/* grad_x[e] = sum, in ascending output order, of grad_out over the windows that can
+ * contain e and whose index names e. An index naming no element of the volume matches
+ * nothing. */
+__kernel void max_pool3d_backward(__global const elem_t *restrict grad_out,
+                                  __global const index_t *restrict indices,
+                                  __global elem_t *restrict grad_x,
+                                  MAX_POOL3D_SIZES)
+{
+    ITEM3D(iw, ih, z, W, H);
+    long volume = z / D;
+    int id = (int)(z - volume * D);
+    long first = volume * OD * OH * OW;
+    __global const elem_t *gp = grad_out + first;
+    __global const index_t *ip = indices + first;
+    pos_t self = ((pos_t)id * H + ih) * W + iw;
+    window_range rd = windows_reaching(id, 1, D, sd, pd, (kd - 1) * dd + 1, OD),
+                 rh = windows_reaching(ih, 1, H, sh, ph, (kh - 1) * dh + 1, OH),
+                 rw = windows_reaching(iw, 1, W, sw, pw, (kw - 1) * dw + 1, OW);
+    acc_t g = 0;
+    for (int od = rd.first; od < rd.end; ++od)
+        for (int oh = rh.first; oh < rh.end; ++oh)
+            for (int ow = rw.first; ow < rw.end; ++ow) {
+                pos_t o = ((pos_t)od * OH + oh) * OW + ow;
+                if (ip[o] == self)
+                    g += LOAD(gp, o);
+            }
+    STORE(grad_x, volume * D * H * W + self, g);
+}
+
+/* The average pooling divisor of the window starting at (ds, hs, ws) in padded
+ * coordinates, as ATen's avg_pool3d computes it; 0 for a window with no element (whose
+ * output is 0). */
+inline long avg_divisor3d(int ds, int hs, int ws, AVG_POOL3D_SIZES)
+{
+    if (divisor_override != 0)
+        return divisor_override;
+    int de = min(ds + kd, D + pd), he = min(hs + kh, H + ph), we = min(ws + kw, W + pw);
+    if (count_include_pad)
+        return (long)(de - ds) * (he - hs) * (we - ws);
+    return (long)max(min(de, D) - max(ds, 0), 0) * max(min(he, H) - max(hs, 0), 0)
+           * max(min(we, W) - max(ws, 0), 0);
+}
+
+#define AVG_POOL3D_ARGS                                                             \
+    D, H, W, OD, OH, OW, kd, kh, kw, sd, sh, sw, pd, ph, pw, count_include_pad,     \
+    divisor_override
+
+/* out = the sum over the window's elements inside the volume / its divisor. */
+__kernel void avg_pool3d_forward(__global const elem_t *restrict x,
+                                 __global elem_t *restrict out,
+                                 AVG_POOL3D_SIZES)
+{
+    ITEM3D(ow, oh, z, OW, OH);
+    long volume = z / OD;
+    int od = (int)(z - volume * OD);
+    __global const elem_t *xp = x + volume * D * H * W;
+    int ds = od * sd - pd, hs = oh * sh - ph, ws = ow * sw - pw;
+    int d1 = min(ds + kd, D), h1 = min(hs + kh, H), w1 = min(ws + kw, W);
+    acc_t sum = 0;
+    for (int d = max(ds, 0); d < d1; ++d)
+        for (int h = max(hs, 0); h < h1; ++h) {
+            pos_t row = ((pos_t)d * H + h) * W;
+            for (int w = max(ws, 0); w < w1; ++w)
+                sum += LOAD(xp, row + w);
+        }
+    long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
+    STORE(out, (z * OH + oh) * OW + ow, div ? sum / (acc_t)div : (acc_t)0);
+}
+
+/* grad_x[e] = sum, in ascending output order, of grad_out / divisor over the windows
+ * containing e (the forward's divisors). */
+__kernel void avg_pool3d_backward(__global const elem_t *restrict grad_out,
+                                  __global elem_t *restrict grad_x,
+                                  AVG_POOL3D_SIZES)
+{
+    ITEM3D(iw, ih, z, W, H);
+    long volume = z / D;
+    int id = (int)(z - volume * D);
+    __global const elem_t *gp = grad_out + volume * OD * OH * OW;
+    window_range rd = windows_reaching(id, 1, D, sd, pd, kd, OD),
+                 rh = windows_reaching(ih, 1, H, sh, ph, kh, OH),
+                 rw = windows_reaching(iw, 1, W, sw, pw, kw, OW);
+    acc_t g = 0;
+    for (int od = rd.first; od < rd.end; ++od)
+        for (int oh = rh.first; oh < rh.end; ++oh)
+            for (int ow = rw.first; ow < rw.end; ++ow) {
+                long div = avg_divisor3d(od * sd - pd, oh * sh - ph, ow * sw - pw,
+                                         AVG_POOL3D_ARGS);
+                g += LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / (acc_t)div;
+            }
+    STORE(grad_x, volume * D * H * W + ((pos_t)id * H + ih) * W + iw, g);
+}
+
+/* floor(i*size/n), or the ceiling when `up`: in 32 bits while the product fits (64-bit
+ * division is slow on GPUs). Adaptive cell i of n over an axis of `size` spans
+ * [cell_first(i, size, n), cell_last(i, size, n)); the cells of n over `size` that contain
+ * element i of that axis are cell_first(i, n, size) .. cell_last(i, n, size) - 1. */
+inline int scaled(int i, int size, int n, int up)
+{
+    if (size < 46341 && n < 46341)
+        return (int)(((uint)i * (uint)size + (up ? (uint)(n - 1) : 0u)) / (uint)n);
+    return (int)(((long)i * size + (up ? n - 1 : 0)) / n);
+}
+inline int cell_first(int i, int size, int n) { return scaled(i, size, n, 0); }
+inline int cell_last(int i, int size, int n) { return scaled(i + 1, size, n, 1); }
+
+/* out = the mean of the cell: its sum / depth / rows / columns, as ATen divides. */
+__kernel void adaptive_avg_pool3d_forward(__global const elem_t *restrict x,
+                                          __global elem_t *restrict out,
+                                          ADAPTIVE_POOL3D_SIZES)
+{
+    ITEM3D(ow, oh, z, OW, OH);
+    long volume = z / OD;
+    int od = (int)(z - volume * OD);
+    __global const elem_t *xp = x + volume * D * H * W;
+    int d0 = cell_first(od, D, OD), d1 = cell_last(od, D, OD);
+    int h0 = cell_first(oh, H, OH), h1 = cell_last(oh, H, OH);
+    int w0 = cell_first(ow, W, OW), w1 = cell_last(ow, W, OW);
+    acc_t sum = 0;
+    for (int d = d0; d < d1; ++d)
+        for (int h = h0; h < h1; ++h) {
+            pos_t row = ((pos_t)d * H + h) * W;
+            for (int w = w0; w < w1; ++w)
+                sum += LOAD(xp, row + w);
+        }
+    STORE(out, (z * OH + oh) * OW + ow,
+          sum / (acc_t)(d1 - d0) / (acc_t)(h1 - h0) / (acc_t)(w1 - w0));
+}
+
+/* grad_x[e] = sum, in ascending output order, of grad_out / depth / rows / columns of
+ * each cell containing e. */
+__kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_out,
+                                           __global elem_t *restrict grad_x,
+                                           ADAPTIVE_POOL3D_SIZES)
+{
+    ITEM3D(iw, ih, z, W, H);
+    long volume = z / D;
+    int id = (int)(z - volume * D);
+    __global const elem_t *gp = grad_out + volume * OD * OH * OW;
+    int od1 = cell_last(id, OD, D), oh0 = cell_first(ih, OH, H), oh1 = cell_last(ih, OH, H),
+        ow0 = cell_first(iw, OW, W), ow1 = cell_last(iw, OW, W);
+    acc_t g = 0;
+    for (int od = cell_first(id, OD, D); od < od1; ++od) {
+        acc_t depth = (acc_t)(cell_last(od, D, OD) - cell_first(od, D, OD));
+        for (int oh = oh0; oh < oh1; ++oh) {
+            acc_t rows = (acc_t)(cell_last(oh, H, OH) - cell_first(oh, H, OH));
+            for (int ow = ow0; ow < ow1; ++ow) {
+                acc_t cols = (acc_t)(cell_last(ow, W, OW) - cell_first(ow, W, OW));
+                g += LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / depth / rows / cols;
+            }
+        }
+    }
+    STORE(grad_x, volume * D * H * W + ((pos_t)id * H + ih) * W + iw, g);
+}

@@ -1,0 +1,454 @@
+"""The 3-D ops against PyTorch CPU (torch.nn.functional and ATen's backward ops) and
+clpool.reference: random sweeps, the edge cases of SPEC's semantics, dtypes, index widths,
+unbatched and empty batches, strided device inputs, errors, determinism, and the
+clpool.torch functions and modules (gradcheck)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+import pytest
+
+import clpool
+from clpool import pool3d
+from clpool import reference as ref
+from clpool.errors import PoolArgumentError, UnsupportedDtypeError
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+aten = torch.ops.aten
+
+DTYPES = [np.float32, np.float64, np.float16]
+TOL = {np.float32: 1e-5, np.float64: 1e-12, np.float16: 2e-3}
+
+
+@pytest.fixture(autouse=True)
+def half_storage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """float16 runs on any device: stored as half, computed in float32."""
+    monkeypatch.setenv("CLPOOL_FP16", "storage")
+
+
+def _t(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _triple(v: object) -> list[int]:
+    return list(v) if isinstance(v, tuple) else [v] * 3
+
+
+def _window_cases(seed: int, count: int, avg: bool) -> list[tuple]:
+    """(shape, kernel_size, stride, padding, dilation, ceil_mode) that torch accepts."""
+    rng = np.random.default_rng(seed)
+    cases: list[tuple] = []
+    while len(cases) < count:
+        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)),
+                 *(int(v) for v in rng.integers(1, 8, 3)))  # fmt: skip
+        k = tuple(int(v) for v in rng.integers(1, 4, 3))
+        s = tuple(int(v) for v in rng.integers(1, 4, 3))
+        p = tuple(int(rng.integers(0, kk // 2 + 1)) for kk in k)
+        d = (1, 1, 1) if avg else tuple(int(v) for v in rng.integers(1, 3, 3))
+        ceil = bool(rng.integers(0, 2))
+        x = torch.zeros(shape)
+        try:
+            if avg:
+                F.avg_pool3d(x, k, s, p, ceil)
+            else:
+                F.max_pool3d(x, k, s, p, d, ceil)
+        except RuntimeError:
+            continue
+        cases.append((shape, k, s, p, d, ceil))
+    return cases
+
+
+MAX_CASES = _window_cases(1, 24, avg=False)
+AVG_CASES = _window_cases(2, 24, avg=True)
+
+
+def _data(shape: tuple[int, ...], dtype: type, seed: int) -> np.ndarray:
+    """Random values with ties (a coarse grid) so that the tie rule counts."""
+    rng = np.random.default_rng(seed)
+    return (rng.integers(-4, 5, shape) / 2).astype(dtype)
+
+
+def _max_backward_torch(g, x, k, s, p, d, ceil, indices) -> np.ndarray:
+    return aten.max_pool3d_with_indices_backward(
+        _t(g), _t(x), _triple(k), _triple(s), _triple(p), _triple(d), ceil, _t(indices)
+    ).numpy()
+
+
+# ---------------------------------------------------------------- max pooling
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", range(len(MAX_CASES)))
+def test_max_pool3d_equals_torch(case, dtype):
+    shape, k, s, p, d, ceil = MAX_CASES[case]
+    x = _data(shape, dtype, case)
+    bits = 32 if case % 2 else 64
+    got, idx = clpool.max_pool3d(x, k, s, p, d, ceil, True, index_dtype=f"int{bits}")
+    want, want_idx = F.max_pool3d(_t(x), k, s, p, d, ceil, return_indices=True)
+    assert idx.dtype == np.dtype(f"int{bits}")
+    np.testing.assert_array_equal(got, want.numpy())
+    # SPEC: a window that misses every element names index -1 (torch: its start)
+    missed = np.isneginf(want.numpy()) & ~np.isneginf(x).any()
+    np.testing.assert_array_equal(np.where(missed, -1, want_idx.numpy()), idx)
+    np.testing.assert_array_equal(clpool.max_pool3d(x, k, s, p, d, ceil), got)
+    g = _data(got.shape, dtype, case + 100)
+    grad = clpool.max_pool3d_with_indices_backward(g, x, k, s, p, d, ceil, idx)
+    want_grad = _max_backward_torch(g, x, k, s, p, d, ceil, want_idx.numpy())
+    np.testing.assert_allclose(grad, want_grad, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("case", range(0, len(MAX_CASES), 3))
+def test_max_pool3d_equals_reference(case):
+    shape, k, s, p, d, ceil = MAX_CASES[case]
+    x = np.random.default_rng(case).standard_normal(shape)
+    got, idx = clpool.max_pool3d_with_indices(x, k, s, p, d, ceil)
+    want, want_idx = ref.max_pool3d_with_indices(x, k, s, p, d, ceil)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(idx, want_idx)
+    g = np.random.default_rng(case + 1).standard_normal(got.shape)
+    grad = clpool.max_pool3d_with_indices_backward(g, x, k, s, p, d, ceil, idx)
+    np.testing.assert_allclose(
+        grad, ref.max_pool3d_with_indices_backward(g, x, idx, k, s, p, d, ceil), rtol=1e-12
+    )
+
+
+def test_max_nan_wins_with_its_index_and_ties_go_to_the_first():
+    x = np.zeros((1, 1, 4, 4, 4), np.float32)
+    x[0, 0, 1, 1, 1] = x[0, 0, 0, 1, 0] = 5  # a tie: (0, 1, 0) comes first in window order
+    x[0, 0, 3, 2, 3] = x[0, 0, 2, 3, 2] = np.nan  # two NaNs: the last in window order wins
+    got, idx = clpool.max_pool3d_with_indices(x, 2)
+    want, want_idx = F.max_pool3d(_t(x), 2, return_indices=True)
+    np.testing.assert_array_equal(got, want.numpy())
+    np.testing.assert_array_equal(idx, want_idx.numpy())
+    assert idx[0, 0, 0, 0, 0] == 0 * 16 + 1 * 4 + 0
+    assert np.isnan(got[0, 0, 1, 1, 1]) and idx[0, 0, 1, 1, 1] == 3 * 16 + 2 * 4 + 3
+
+
+def test_max_of_a_window_of_minus_inf_names_its_first_element():
+    x = np.full((1, 1, 3, 3, 3), -np.inf, np.float32)
+    got, idx = clpool.max_pool3d_with_indices(x, 2, 1, 1)
+    want, want_idx = F.max_pool3d(_t(x), 2, 1, 1, return_indices=True)
+    np.testing.assert_array_equal(got, want.numpy())
+    np.testing.assert_array_equal(idx, want_idx.numpy())
+
+
+def test_a_dilated_window_that_misses_every_element_gives_minus_inf_and_index_minus_1():
+    x = np.random.default_rng(0).standard_normal((1, 2, 2, 3, 3)).astype(np.float32)
+    got, idx = clpool.max_pool3d_with_indices(x, 2, 1, 1, 3)
+    np.testing.assert_array_equal(got, F.max_pool3d(_t(x), 2, 1, 1, 3).numpy())
+    assert np.isneginf(got).all() and (idx == -1).all()
+    g = np.ones_like(got)
+    assert not clpool.max_pool3d_with_indices_backward(g, x, 2, 1, 1, 3, False, idx).any()
+
+
+def test_max_backward_ignores_indices_that_name_no_element():
+    x = np.random.default_rng(0).standard_normal((2, 1, 4, 4, 4)).astype(np.float32)
+    _, idx = clpool.max_pool3d_with_indices(x, 2)
+    bad = idx.copy()
+    bad[0, 0, 0, 0, 0] = -1
+    bad[0, 0, 1, 1, 1] = 64  # one past the volume
+    bad[1, 0, 0, 0, 1] = -5
+    g = np.ones((2, 1, 2, 2, 2), np.float32)
+    grad = clpool.max_pool3d_with_indices_backward(g, x, 2, indices=bad)
+    keep = (bad >= 0) & (bad < 64)
+    np.testing.assert_array_equal(grad, ref.max_pool3d_with_indices_backward(g * keep, x, idx, 2))
+
+
+def test_max_pool3d_takes_an_input_smaller_than_its_kernel():
+    x = np.random.default_rng(0).standard_normal((1, 1, 2, 4, 4)).astype(np.float32)
+    np.testing.assert_array_equal(
+        clpool.max_pool3d(x, 3, padding=1), F.max_pool3d(_t(x), 3, padding=1).numpy()
+    )
+
+
+# ---------------------------------------------------------------- average pooling
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", range(len(AVG_CASES)))
+def test_avg_pool3d_equals_torch(case, dtype):
+    shape, k, s, p, _, ceil = AVG_CASES[case]
+    include_pad = case % 2 == 0
+    override = 7 if case % 5 == 0 else None
+    x = _data(shape, dtype, case)
+    got = clpool.avg_pool3d(x, k, s, p, ceil, include_pad, override)
+    # torch's float16 average sums in float16: compare with its float32 result, rounded
+    xt = _t(x.astype(np.float32) if dtype == np.float16 else x)
+    want = F.avg_pool3d(xt, k, s, p, ceil, include_pad, override).numpy().astype(dtype)
+    np.testing.assert_allclose(got, want, rtol=TOL[dtype], atol=TOL[dtype])
+    g = _data(got.shape, dtype, case + 100)
+    grad = clpool.avg_pool3d_backward(g, x, k, s, p, ceil, include_pad, override)
+    gt = _t(g.astype(np.float32) if dtype == np.float16 else g)
+    want_grad = aten.avg_pool3d_backward(
+        gt, xt, _triple(k), _triple(s), _triple(p), ceil, include_pad, override
+    ).numpy()
+    np.testing.assert_allclose(grad, want_grad.astype(dtype), rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("case", range(0, len(AVG_CASES), 3))
+def test_avg_pool3d_equals_reference(case):
+    shape, k, s, p, _, ceil = AVG_CASES[case]
+    rng = np.random.default_rng(case)
+    x = rng.standard_normal(shape)
+    for include_pad, override in ((True, None), (False, None), (False, 5)):
+        got = clpool.avg_pool3d(x, k, s, p, ceil, include_pad, override)
+        want = ref.avg_pool3d(x, k, s, p, ceil, include_pad, override)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        g = rng.standard_normal(got.shape)
+        np.testing.assert_allclose(
+            clpool.avg_pool3d_backward(g, x, k, s, p, ceil, include_pad, override),
+            ref.avg_pool3d_backward(g, x, k, s, p, ceil, include_pad, override),
+            rtol=1e-12,
+        )
+
+
+def test_count_include_pad_divides_by_the_window_clipped_to_the_padded_input():
+    x = np.ones((1, 1, 4, 4, 4))
+    # ceil mode: the last window overhangs the padded input (starts at 3, spans 3..5 of
+    # -1..4): one element, divided by 2 along each axis, not 3
+    got = clpool.avg_pool3d(x, 3, 2, 1, True, True)
+    np.testing.assert_array_equal(got, F.avg_pool3d(_t(x), 3, 2, 1, True, True).numpy())
+    assert got[0, 0, 2, 2, 2] == 1 / 8 and got[0, 0, 0, 0, 0] == 8 / 27
+
+
+def test_avg_pool3d_refuses_an_input_smaller_than_its_kernel_even_with_padding():
+    x = np.ones((1, 1, 2, 4, 4), np.float32)
+    with pytest.raises(RuntimeError, match="smaller than kernel"):
+        F.avg_pool3d(_t(x), 3, padding=1)
+    with pytest.raises(PoolArgumentError, match="avg_pool3d kernel failed.*smaller than"):
+        clpool.avg_pool3d(x, 3, padding=1)
+    with pytest.raises(PoolArgumentError, match="avg_pool3d_backward kernel failed"):
+        clpool.avg_pool3d_backward(np.ones((1, 1, 1, 2, 2), np.float32), x, 3, padding=1)
+
+
+# ---------------------------------------------------------------- adaptive average pooling
+
+ADAPTIVE = [((2, 3, 5, 7, 6), (2, 3, 4)), ((1, 2, 4, 4, 4), 1), ((1, 1, 3, 5, 7), (5, 7, 9)),
+            ((2, 1, 8, 6, 9), (None, 4, 2)), ((1, 2, 7, 3, 5), (3, 3, 3))]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape, size", ADAPTIVE)
+def test_adaptive_avg_pool3d_equals_torch_and_reference(shape, size, dtype):
+    x = _data(shape, dtype, 0)
+    got = clpool.adaptive_avg_pool3d(x, size)
+    xt = _t(x.astype(np.float32) if dtype == np.float16 else x)
+    want = F.adaptive_avg_pool3d(xt, size).numpy().astype(dtype)
+    np.testing.assert_allclose(got, want, rtol=TOL[dtype], atol=TOL[dtype])
+    g = _data(got.shape, dtype, 1)
+    grad = clpool.adaptive_avg_pool3d_backward(g, x)
+    gt = _t(g.astype(np.float32) if dtype == np.float16 else g)
+    want_grad = aten._adaptive_avg_pool3d_backward(gt, xt).numpy().astype(dtype)
+    np.testing.assert_allclose(grad, want_grad, rtol=TOL[dtype], atol=TOL[dtype])
+    if dtype == np.float64:
+        np.testing.assert_allclose(got, ref.adaptive_avg_pool3d(x, size), rtol=1e-12)
+        np.testing.assert_allclose(grad, ref.adaptive_avg_pool3d_backward(g, x), rtol=1e-12)
+
+
+def test_adaptive_avg_pool3d_along_an_axis_too_long_for_32_bit_cell_bounds():
+    x = _data((1, 1, 2, 1, 50_000), np.float32, 0)
+    for size in ((1, 1, 7), (3, 1, 49_999)):
+        got = clpool.adaptive_avg_pool3d(x, size)
+        np.testing.assert_allclose(got, F.adaptive_avg_pool3d(_t(x), size).numpy(), rtol=1e-5)
+        g = _data(got.shape, np.float32, 1)
+        np.testing.assert_allclose(
+            clpool.adaptive_avg_pool3d_backward(g, x),
+            aten._adaptive_avg_pool3d_backward(_t(g), _t(x)).numpy(),
+            rtol=1e-5,
+            atol=1e-6,
+        )
+
+
+def test_adaptive_avg_pool3d_to_an_empty_output():
+    x = np.ones((1, 2, 3, 4, 5), np.float32)
+    got = clpool.adaptive_avg_pool3d(x, (0, 2, 2))
+    assert got.shape == F.adaptive_avg_pool3d(_t(x), (0, 2, 2)).shape == (1, 2, 0, 2, 2)
+    assert not clpool.adaptive_avg_pool3d_backward(got, x).any()
+
+
+# ---------------------------------------------------------------- shapes, layouts, errors
+
+
+def _all_ops(x: np.ndarray) -> list[np.ndarray]:
+    """Every 3-D op on x (k 2, s 2 and the like), forward and backward."""
+    v, i = clpool.max_pool3d_with_indices(x, 2, 1, 1)
+    a = clpool.avg_pool3d(x, 2, 1, 1, False, False)
+    m = clpool.adaptive_avg_pool3d(x, (2, 3, 2))
+    return [v, i, a, m,
+            clpool.max_pool3d_with_indices_backward(v, x, 2, 1, 1, indices=i),
+            clpool.avg_pool3d_backward(a, x, 2, 1, 1, False, False),
+            clpool.adaptive_avg_pool3d_backward(m, x)]  # fmt: skip
+
+
+def test_an_unbatched_input_gives_unbatched_results():
+    x = np.random.default_rng(0).standard_normal((3, 4, 5, 6)).astype(np.float32)
+    for got, want in zip(_all_ops(x), _all_ops(x[None]), strict=True):
+        np.testing.assert_array_equal(got, want[0])
+
+
+def test_an_empty_batch_gives_empty_results():
+    x = np.ones((0, 2, 4, 5, 6), np.float32)
+    shapes = [r.shape for r in _all_ops(x)]
+    xt = _t(x)
+    assert shapes[0] == tuple(F.max_pool3d(xt, 2, 1, 1).shape)
+    assert shapes[2] == tuple(F.avg_pool3d(xt, 2, 1, 1).shape)
+    assert shapes[3] == (0, 2, 2, 3, 2) and shapes[4:] == [x.shape] * 3
+
+
+def test_strided_device_inputs_are_copied(device):
+    queue = cl.CommandQueue(cl.Context([device]))
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((3, 4, 7, 6, 9)).astype(np.float32)
+    x = cla.to_device(queue, base)
+    strided = cla.Array(queue, (4, 3, 7, 9, 6), np.float32, data=x.base_data,
+                        strides=tuple(base.strides[a] for a in (1, 0, 2, 4, 3)))  # fmt: skip
+    want = base.transpose(1, 0, 2, 4, 3)
+    assert not strided.flags.c_contiguous
+    got, idx = clpool.max_pool3d_with_indices(strided, 3, 2, 1)
+    want_v, want_i = clpool.max_pool3d_with_indices(want, 3, 2, 1)
+    np.testing.assert_array_equal(got.get(), want_v)
+    np.testing.assert_array_equal(idx.get(), want_i)
+    np.testing.assert_array_equal(
+        clpool.avg_pool3d(strided, 3, 2, 1).get(), clpool.avg_pool3d(want, 3, 2, 1)
+    )
+    np.testing.assert_array_equal(
+        clpool.adaptive_avg_pool3d(strided, 2).get(), clpool.adaptive_avg_pool3d(want, 2)
+    )
+
+
+def test_queue_and_out_as_the_2d_ops_take_them(device):
+    queue = cl.CommandQueue(cl.Context([device]))
+    x = np.random.default_rng(0).standard_normal((1, 2, 4, 5, 6)).astype(np.float32)
+    got = clpool.avg_pool3d(x, 2, queue=queue)
+    assert isinstance(got, cla.Array) and got.queue is queue
+    np.testing.assert_array_equal(got.get(), clpool.avg_pool3d(x, 2))
+    values = cla.empty(queue, (1, 2, 2, 2, 3), np.float32)
+    indices = cla.empty(queue, (1, 2, 2, 2, 3), np.int32)
+    pair = clpool.max_pool3d_with_indices(x, 2, index_dtype="int32", out=(values, indices))
+    assert pair[0] is values and pair[1] is indices
+    want, want_i = clpool.max_pool3d_with_indices(x, 2, index_dtype="int32")
+    np.testing.assert_array_equal(values.get(), want)
+    np.testing.assert_array_equal(indices.get(), want_i)
+    with pytest.raises(PoolArgumentError, match="^max_pool3d kernel failed"):
+        clpool.max_pool3d(x, 2, out=cla.empty(queue, (1, 2, 2, 2, 2), np.float32))
+
+
+def test_a_volume_of_2_31_elements_builds_with_64_bit_offsets():
+    class Options:
+        options: tuple[str, ...] = ()
+
+    small, large = Options(), Options()
+    pool3d._volumes(small, (1023, 1024, 2048), (1, 1, 1))  # 2^31 - 2^21 elements
+    pool3d._volumes(large, (1, 1, 1), (1024, 1024, 2048))  # an output of 2^31
+    assert small.options == () and large.options == ("-DCLPOOL_LARGE_PLANE",)
+
+
+BAD = [
+    ("max_pool3d", lambda x: clpool.max_pool3d(x, 0), PoolArgumentError),
+    ("max_pool3d", lambda x: clpool.max_pool3d(x, 3, padding=2, dilation=2), PoolArgumentError),
+    ("max_pool3d", lambda x: clpool.max_pool3d(x, (2, 2)), PoolArgumentError),
+    ("max_pool3d", lambda x: clpool.max_pool3d(x, 9), PoolArgumentError),
+    ("max_pool3d", lambda x: clpool.max_pool3d(x[0, 0], 2), PoolArgumentError),
+    ("max_pool3d", lambda x: clpool.max_pool3d(x[:, :0], 2), PoolArgumentError),
+    ("max_pool3d_with_indices",
+     lambda x: clpool.max_pool3d_with_indices(x, 2, index_dtype="int16"), PoolArgumentError),
+    ("max_pool3d", lambda x: clpool.max_pool3d(x.astype(np.int32), 2), UnsupportedDtypeError),
+    ("avg_pool3d", lambda x: clpool.avg_pool3d(x, 2, divisor_override=0), PoolArgumentError),
+    ("avg_pool3d", lambda x: clpool.avg_pool3d(x, 2, stride=(1, 0, 1)), PoolArgumentError),
+    ("adaptive_avg_pool3d", lambda x: clpool.adaptive_avg_pool3d(x, (2, -1, 2)),
+     PoolArgumentError),
+    ("max_pool3d_with_indices_backward",
+     lambda x: clpool.max_pool3d_with_indices_backward(x[..., :2, :2, :2], x, 2),
+     PoolArgumentError),
+    ("max_pool3d_with_indices_backward",
+     lambda x: clpool.max_pool3d_with_indices_backward(
+         x[..., :2, :2, :2], x, 2, indices=np.zeros((1, 2, 2, 2, 2), np.float32)),
+     PoolArgumentError),
+    ("max_pool3d_with_indices_backward",
+     lambda x: clpool.max_pool3d_with_indices_backward(
+         x[..., :3, :2, :2], x, 2, indices=np.zeros((1, 2, 3, 2, 2), np.int64)),
+     PoolArgumentError),
+    ("avg_pool3d_backward", lambda x: clpool.avg_pool3d_backward(x, x, 2), PoolArgumentError),
+    ("avg_pool3d_backward",
+     lambda x: clpool.avg_pool3d_backward(x[..., :2, :2, :2].astype(np.float64), x, 2),
+     PoolArgumentError),
+    ("adaptive_avg_pool3d_backward",
+     lambda x: clpool.adaptive_avg_pool3d_backward(x[0], x), PoolArgumentError),
+    ("adaptive_avg_pool3d_backward",
+     lambda x: clpool.adaptive_avg_pool3d_backward(x[:, :1], x), PoolArgumentError),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("label, call, error", BAD)
+def test_errors_name_the_op_and_have_their_type(label, call, error):
+    x = np.ones((1, 2, 4, 5, 5), np.float32)
+    with pytest.raises(error, match=rf"^{label} kernel failed \(device="):
+        call(x)
+
+
+def test_errors_torch_refuses_too():
+    x = torch.ones((1, 2, 4, 5, 5))
+    for call in (lambda: F.max_pool3d(x, 0), lambda: F.max_pool3d(x, 3, padding=2, dilation=2),
+                 lambda: F.max_pool3d(x, 9), lambda: F.avg_pool3d(x, 2, divisor_override=0),
+                 lambda: F.max_pool3d(x[:, :0], 2)):  # fmt: skip
+        with pytest.raises(RuntimeError):
+            call()
+
+
+def test_each_backward_is_bit_identical_run_to_run():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 9, 8, 7)).astype(np.float32)
+    v, i = clpool.max_pool3d_with_indices(x, 3, 1, 1)
+    a = clpool.avg_pool3d(x, 3, 1, 1)
+    m = clpool.adaptive_avg_pool3d(x, (4, 5, 3))
+    g, ga, gm = (rng.standard_normal(r.shape).astype(np.float32) for r in (v, a, m))
+    runs = [
+        lambda: clpool.max_pool3d_with_indices_backward(g, x, 3, 1, 1, indices=i),
+        lambda: clpool.avg_pool3d_backward(ga, x, 3, 1, 1),
+        lambda: clpool.adaptive_avg_pool3d_backward(gm, x),
+    ]
+    for run in runs:
+        first = run()
+        for _ in range(3):
+            assert first.tobytes() == run().tobytes()
+
+
+# ---------------------------------------------------------------- clpool.torch
+
+ct = pytest.importorskip("clpool.torch")
+
+
+def test_torch_functions_and_modules_equal_torch():
+    x = torch.randn(2, 3, 6, 7, 8, dtype=torch.float64)
+    cases = [
+        (ct.MaxPool3d(3, 2, 1, dilation=1, ceil_mode=True),
+         torch.nn.MaxPool3d(3, 2, 1, ceil_mode=True)),
+        (ct.AvgPool3d((2, 3, 2), 1, (1, 1, 0), False, False, 5),
+         torch.nn.AvgPool3d((2, 3, 2), 1, (1, 1, 0), False, False, 5)),
+        (ct.AdaptiveAvgPool3d((3, None, 2)), torch.nn.AdaptiveAvgPool3d((3, None, 2))),
+    ]  # fmt: skip
+    for mine, theirs in cases:
+        assert repr(mine) == repr(theirs)
+        assert vars(mine).keys() >= {k for k in vars(theirs) if not k.startswith("_")}
+        a = x.clone().requires_grad_()
+        b = x.clone().requires_grad_()
+        got, want = mine(a), theirs(b)
+        torch.testing.assert_close(got, want)
+        g = torch.randn_like(got)
+        got.backward(g)
+        want.backward(g)
+        torch.testing.assert_close(a.grad, b.grad)
+    out, idx = ct.max_pool3d(x, 2, return_indices=True)
+    want_out, want_idx = F.max_pool3d(x, 2, return_indices=True)
+    assert torch.equal(out, want_out) and torch.equal(idx, want_idx)
+    assert repr(ct.MaxPool3d(2)) == repr(torch.nn.MaxPool3d(2))
+
+
+def test_torch_gradcheck_in_float64():
+    x = torch.randn(1, 2, 4, 5, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: ct.max_pool3d(t, 2, 1, 1), (x,))
+    assert torch.autograd.gradcheck(lambda t: ct.avg_pool3d(t, 3, 2, 1, True, False), (x,))
+    assert torch.autograd.gradcheck(lambda t: ct.adaptive_avg_pool3d(t, (3, 2, 3)), (x,))
