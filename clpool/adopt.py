@@ -11,6 +11,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from .errors import PoolArgumentError, Problem, UnsupportedDtypeError
+from .shapes import c_contiguous, channels_last
 
 
 def _is_tensor(a: object) -> bool:
@@ -18,7 +19,8 @@ def _is_tensor(a: object) -> bool:
 
 
 def _from_tensor(t: object) -> np.ndarray:
-    """A CPU torch tensor as a host numpy array (no gradient flows; a copy where it must)."""
+    """A CPU torch tensor as a host numpy array (no gradient flows; a copy where it must:
+    a channels-last tensor is a view, which goes to the device as its own bytes)."""
     device = t.device  # type: ignore[attr-defined]
     if device.type != "cpu":
         raise Problem(
@@ -26,7 +28,9 @@ def _from_tensor(t: object) -> np.ndarray:
             f"the input tensor is on torch device {device}; clpool takes CPU tensors "
             "(move it with .cpu(), or pass a pyopencl Array)",
         )
-    t = t.detach().contiguous()  # type: ignore[attr-defined]
+    t = t.detach()  # type: ignore[attr-defined]
+    if not tensor_channels_last(t):
+        t = t.contiguous()
     try:
         return t.numpy()
     except TypeError as e:  # a dtype numpy lacks (bfloat16, ...)
@@ -63,18 +67,18 @@ def inputs(arrays: tuple) -> tuple[tuple, object | None]:
     return tuple(out), like
 
 
+def tensor_channels_last(t: object) -> bool:
+    """True when torch tensor `t` is laid out channels-last (shapes.channels_last): the
+    one rule for clpool and clpool.torch."""
+    return channels_last(tuple(t.shape), tuple(t.stride()))  # type: ignore[attr-defined]
+
+
 def tensors(results: list, like: object) -> list:
-    """Host results as torch tensors on `like`'s device, 4-D ones in its memory format."""
+    """Host results as torch tensors on `like`'s device, with the results' own strides
+    (channels-last ones stay so, without a copy)."""
     import torch
 
-    last = like.dim() == 4 and like.is_contiguous(memory_format=torch.channels_last)  # type: ignore[attr-defined]
-    out = []
-    for r in results:
-        t = torch.from_numpy(np.ascontiguousarray(r))
-        if last and t.dim() == 4:
-            t = t.contiguous(memory_format=torch.channels_last)
-        out.append(t.to(like.device))  # type: ignore[attr-defined]
-    return out
+    return [torch.from_numpy(r).to(like.device) for r in results]  # type: ignore[attr-defined]
 
 
 def check_queue(queue: object) -> None:
@@ -105,7 +109,9 @@ def check_out(given: Sequence[cla.Array], specs: Sequence, context: cl.Context) 
                 f"{what} has shape {tuple(a.shape)} and dtype {a.dtype.name}; the result has "
                 f"shape {tuple(spec.shape)} and dtype {spec.dtype.name}",
             )
-        if not a.flags.c_contiguous or a.offset != 0:
-            raise Problem(PoolArgumentError, f"{what} must be C-contiguous with offset 0")
+        dense = c_contiguous(spec.shape, tuple(s // spec.dtype.itemsize for s in spec.strides))
+        if (not a.flags.c_contiguous if dense else tuple(a.strides) != spec.strides) or a.offset:
+            want = "C-contiguous" if dense else f"channels-last (strides {spec.strides})"
+            raise Problem(PoolArgumentError, f"{what} must be {want} with offset 0")
         if a.context != context:
             raise Problem(PoolArgumentError, f"{what} is in another context than the op runs in")

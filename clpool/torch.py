@@ -17,6 +17,7 @@ import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
 
 from clpool import ops as _ops
+from clpool.adopt import tensor_channels_last
 from clpool.errors import Problem, UnsupportedDtypeError, reporting
 
 __all__ = [
@@ -36,8 +37,11 @@ _size_opt_t = int | None | tuple[int | None, ...]
 
 
 def _host(t: torch.Tensor, label: str) -> np.ndarray:
-    """`t` as a C-contiguous host numpy array (a copy where it must be)."""
-    t = t.detach().cpu().contiguous()
+    """`t` as a host numpy array: a view of a channels-last tensor, else C-contiguous (a
+    copy where it must be)."""
+    t = t.detach().cpu()
+    if not tensor_channels_last(t):
+        t = t.contiguous()
     if t.dtype == torch.bfloat16:  # numpy has no bfloat16: clpool refuses it for now
         with reporting(label) as where:
             where.dtype = "bfloat16"
@@ -48,21 +52,10 @@ def _host(t: torch.Tensor, label: str) -> np.ndarray:
     return t.numpy()
 
 
-def _channels_last(t: torch.Tensor) -> bool:
-    """True when `t` is laid out channels-last (NHWC) and not also plain contiguous."""
-    return (
-        t.dim() == 4
-        and t.is_contiguous(memory_format=torch.channels_last)
-        and not t.is_contiguous()
-    )
-
-
 def _tensor(a: np.ndarray, like: torch.Tensor) -> torch.Tensor:
-    """Host result `a` as a tensor on `like`'s torch device, in `like`'s memory format."""
-    t = torch.from_numpy(np.ascontiguousarray(a))
-    if _channels_last(like):
-        t = t.contiguous(memory_format=torch.channels_last)
-    return t.to(like.device)
+    """Host result `a` as a tensor on `like`'s torch device, with `a`'s strides (clpool
+    gives a channels-last input's results channels-last)."""
+    return torch.from_numpy(a).to(like.device)
 
 
 def _tracked(input: torch.Tensor) -> bool:

@@ -292,3 +292,51 @@ __kernel void adaptive_avg_pool2d_plane(__global const elem_t *restrict x,
     }
     STORE(out, plane, total / (acc_t)HW);
 }
+
+/* adaptive_avg_pool2d_forward for an input of any strides, the result written through
+ * out's strides: one output per work-item, its cell summed row by row, each row folded
+ * into a compensated total. */
+__kernel void adaptive_avg_pool2d_forward_strided(__global const elem_t *restrict x,
+                                                  __global elem_t *restrict out,
+                                                  STRIDED_FORWARD_SIZES, int H, int W, int OH,
+                                                  int OW)
+{
+    item_t o;
+    if (!strided_item(&o, C, OH, OW, channels_inner))
+        return;
+    __global const elem_t *xp = x + AT(x, o.n, o.c, 0, 0);
+    int h0 = cell_start(o.h, H, OH), h1 = cell_end(o.h, H, OH);
+    int w0 = cell_start(o.w, W, OW), w1 = cell_end(o.w, W, OW);
+    acc_t total = 0, comp = 0;
+    for (int h = h0; h < h1; ++h) {
+        acc_t row = 0;
+        for (int w = w0; w < w1; ++w)
+            row += LOAD(xp, (long)h * x_sh + (long)w * x_sw);
+        add_compensated(&total, &comp, row);
+    }
+    STORE(out, AT_OUT(out, o.n, o.c, o.h, o.w), total / (acc_t)(h1 - h0) / (acc_t)(w1 - w0));
+}
+
+/* adaptive_avg_pool2d_backward for a grad_out of any strides, grad_x written through its
+ * own: one input element per work-item adds the share of each cell containing it, in
+ * output order (the per-plane kernel's sums). */
+__kernel void adaptive_avg_pool2d_backward_strided(__global const elem_t *restrict grad_out,
+                                                   __global elem_t *restrict grad_x,
+                                                   STRIDED_BACKWARD_SIZES, int H, int W,
+                                                   int OH, int OW)
+{
+    item_t e;
+    if (!strided_item(&e, C, H, W, channels_inner))
+        return;
+    int oh0 = cell_start(e.h, OH, H), oh1 = cell_end(e.h, OH, H);
+    int ow0 = cell_start(e.w, OW, W), ow1 = cell_end(e.w, OW, W);
+    acc_t g = 0;
+    for (int oh = oh0; oh < oh1; ++oh) {
+        int rows = cell_end(oh, H, OH) - cell_start(oh, H, OH);
+        for (int ow = ow0; ow < ow1; ++ow) {
+            int cols = cell_end(ow, W, OW) - cell_start(ow, W, OW);
+            g += LOAD(grad_out, AT(grad_out, e.n, e.c, oh, ow)) / (acc_t)rows / (acc_t)cols;
+        }
+    }
+    STORE(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g);
+}

@@ -250,3 +250,67 @@ __kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out
     }
     clear_rows(xp, W, cleared, H);
 }
+
+/* max_pool2d_forward for an input of any strides, the results written through out's
+ * strides (indices has the same): one output per work-item, its taps in row-major window
+ * order inside the plane; indices stay flat in the (H, W) plane, h * W + w. */
+__kernel void max_pool2d_forward_strided(__global const elem_t *restrict x,
+                                         __global elem_t *restrict out,
+                                         __global index_t *restrict indices,
+                                         STRIDED_FORWARD_SIZES, MAX_POOL_SIZES)
+{
+    FIX_WINDOW();
+    item_t o;
+    if (!strided_item(&o, C, OH, OW, channels_inner))
+        return;
+    __global const elem_t *xp = x + AT(x, o.n, o.c, 0, 0);
+    int hs = o.h * sh - ph, ws = o.w * sw - pw;
+    acc_t best = -INFINITY;
+    pos_t best_i = -1;
+    int2 ti = taps_within(hs, kh, dh, H), tj = taps_within(ws, kw, dw, W);
+    for (int i = ti.x; i < ti.y; ++i) {
+        int h = hs + i * dh;
+        for (int j = tj.x; j < tj.y; ++j) {
+            int w = ws + j * dw;
+            acc_t v = LOAD(xp, (long)h * x_sh + (long)w * x_sw);
+            FOLD_MAX(best, best_i, v, (pos_t)h * W + w)
+        }
+    }
+    long at = AT_OUT(out, o.n, o.c, o.h, o.w);
+    STORE(out, at, best);
+#ifndef CLPOOL_NO_INDICES
+    indices[at] = (index_t)best_i;
+#endif
+}
+
+/* The strides of the indices a strided backward reads, as an input view. */
+#define INDICES_VIEW_SIZES                                                          \
+    long indices_offset, long indices_sn, long indices_sc, long indices_sh, long indices_sw
+
+/* max_pool2d_backward for grad_out and indices of any strides, grad_x written through its
+ * own: one input element per work-item gathers, in output order, the gradients of the
+ * windows whose index names it (an index outside its window or the plane matches
+ * nothing), as the kernels above. */
+__kernel void max_pool2d_backward_strided(__global const elem_t *restrict grad_out,
+                                          __global const index_t *restrict indices,
+                                          __global elem_t *restrict grad_x,
+                                          STRIDED_BACKWARD_SIZES, INDICES_VIEW_SIZES,
+                                          MAX_POOL_SIZES)
+{
+    FIX_WINDOW();
+    item_t e;
+    if (!strided_item(&e, C, H, W, channels_inner))
+        return;
+    int span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
+    window_range rows = windows_reaching(e.h, 1, H, sh, ph, span_h, OH);
+    window_range cols = windows_reaching(e.w, 1, W, sw, pw, span_w, OW);
+    pos_t self = (pos_t)e.h * W + e.w;
+    acc_t g = 0;
+    for (int oh = rows.first; oh < rows.end; ++oh)
+        for (int ow = cols.first; ow < cols.end; ++ow) {
+            acc_t v = LOAD(grad_out, AT(grad_out, e.n, e.c, oh, ow));
+            index_t at = indices[AT(indices, e.n, e.c, oh, ow)];
+            g += at == self && INSIDE(e.w - (ow * sw - pw), span_w) ? v : (acc_t)0;
+        }
+    STORE(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g);
+}
