@@ -294,8 +294,9 @@ __kernel void adaptive_avg_pool2d_plane(__global const elem_t *restrict x,
 }
 
 /* adaptive_avg_pool2d_forward for an input of any strides, the result written through
- * out's strides: one output per work-item, its cell summed row by row, each row folded
- * into a compensated total. */
+ * out's strides: one output per work-item, its cell summed in window_sum's blocks of up to
+ * 16 rows by 64 columns, each folded into a compensated total (so that an infinity in a
+ * small cell gives what it does there, not the NaN of a second fold). */
 __kernel void adaptive_avg_pool2d_forward_strided(__global const elem_t *restrict x,
                                                   __global elem_t *restrict out,
                                                   STRIDED_FORWARD_SIZES, int H, int W, int OH,
@@ -308,11 +309,16 @@ __kernel void adaptive_avg_pool2d_forward_strided(__global const elem_t *restric
     int h0 = cell_start(o.h, H, OH), h1 = cell_end(o.h, H, OH);
     int w0 = cell_start(o.w, W, OW), w1 = cell_end(o.w, W, OW);
     acc_t total = 0, comp = 0;
-    for (int h = h0; h < h1; ++h) {
-        acc_t row = 0;
-        for (int w = w0; w < w1; ++w)
-            row += LOAD(xp, (long)h * x_sh + (long)w * x_sw);
-        add_compensated(&total, &comp, row);
+    for (int b = h0, b1; b < h1; b = b1) {
+        b1 = h1 - b > 16 ? b + 16 : h1;
+        for (int a = w0, a1; a < w1; a = a1) {
+            a1 = w1 - a > 64 ? a + 64 : w1;
+            acc_t s = 0;
+            for (int h = b; h < b1; ++h)
+                for (int w = a; w < a1; ++w)
+                    s += LOAD(xp, (long)h * x_sh + (long)w * x_sw);
+            add_compensated(&total, &comp, s);
+        }
     }
     STORE(out, AT_OUT(out, o.n, o.c, o.h, o.w), total / (acc_t)(h1 - h0) / (acc_t)(w1 - w0));
 }
