@@ -44,9 +44,13 @@ FORWARD = {
 SHAPE = (2, 5, 7, 9)
 
 
-def _tensor(seed: int, shape=SHAPE, dtype=np.float32, special=True) -> torch.Tensor:
-    """Random data (ties, NaN and -inf with `special`) as a channels-last tensor."""
-    x = data(np.random.default_rng(seed), shape, dtype, special)
+def _tensor(seed: int, shape=SHAPE, dtype=np.float32, special=True, ties=False) -> torch.Tensor:
+    """Random data (NaN and -inf with `special`; small integers, many ties, with `ties`)
+    as a channels-last tensor."""
+    rng = np.random.default_rng(seed)
+    x = data(rng, shape, dtype, special)
+    if ties:
+        x = np.where(np.isfinite(x), rng.integers(-2, 3, shape), x).astype(dtype)
     return torch.from_numpy(x).contiguous(memory_format=CL)
 
 
@@ -87,11 +91,12 @@ def _check(got, want, exact: bool) -> None:
         assert_close(got, want)
 
 
+@pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("kind", ["array", "numpy", "tensor"])
 @pytest.mark.parametrize("case", FORWARD)
-def test_forward_channels_last_matches_torch(kind, case):
+def test_forward_channels_last_matches_torch(kind, case, ties):
     ours, theirs = FORWARD[case]
-    t = _tensor(7)
+    t = _tensor(7, ties=ties)
     got, want = _results(ours(_as(kind, t))), _results(theirs(t))
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
@@ -125,7 +130,7 @@ def test_backward_channels_last_matches_aten(kind, formats):
     """grad_input follows the forward input's memory format, whatever grad_output's (and
     the indices') is, as ATen's backward ops do."""
     rng = np.random.default_rng(11)
-    t = _tensor(8)
+    t = _tensor(8, ties=True)
     for name, shape, ours, theirs, idx in _backward_cases(t, rng):
         g = torch.from_numpy(data(rng, tuple(shape)))
         g, x = g.contiguous(memory_format=CL), t
