@@ -49,13 +49,15 @@ class Case:
     shape: tuple[int, int, int, int]
     params: dict = field(default_factory=dict)
     dtype: str = "float32"
+    layout: str = "nchw"  # or "nhwc": channels-last inputs (PyTorch's too)
 
     @property
     def label(self) -> str:
         p = self.params
+        nhwc = " nhwc" if self.layout == "nhwc" else ""
         if "output_size" in p:
-            return f"out {p['output_size']}"
-        return f"k{p['kernel_size']} s{p['stride']} p{p['padding']}"
+            return f"out {p['output_size']}{nhwc}"
+        return f"k{p['kernel_size']} s{p['stride']} p{p['padding']}{nhwc}"
 
 
 def default_cases(
@@ -63,17 +65,19 @@ def default_cases(
     ops_wanted: tuple[str, ...] = OPS,
     shape: tuple[int, ...] | None = None,
     dtype: str = "float32",
+    layout: str = "nchw",
 ) -> list[Case]:
-    """The default sweep (or every op on one given shape with k3 s2 p1), in `dtype`."""
+    """The default sweep (or every op on one given shape with k3 s2 p1), in `dtype`, on
+    inputs of `layout` ("nchw", or "nhwc": channels-last)."""
     shapes = SHAPES if shape is None else ((tuple(shape), SHAPES[0][1]),)
     if cpu and shape is None:
         shapes = tuple(((max(1, s[0] // 4), *s[1:]), w) for s, w in shapes)
     cases = []
     for i, (s, window) in enumerate(shapes):
-        cases += [Case(op, s, dict(window), dtype) for op in WINDOWED if op in ops_wanted]
+        cases += [Case(op, s, dict(window), dtype, layout) for op in WINDOWED if op in ops_wanted]
         if i < 2 or shape is not None:
             cases += [
-                Case(op, s, dict(output_size=o), dtype)
+                Case(op, s, dict(output_size=o), dtype, layout)
                 for o in ADAPTIVE_OUTPUTS
                 for op in OPS[5:]
                 if op in ops_wanted
@@ -151,13 +155,21 @@ def _out_hw(case: Case) -> tuple[int, int]:
     return tuple(shapes.output_size(side, k, s, pad, 1, False) for side in (h, w))
 
 
+def _device_array(rt: Runtime, a: np.ndarray, layout: str) -> cla.Array:
+    """`a` on the device, laid out NCHW or channels-last (`layout` "nhwc")."""
+    if layout == "nhwc":
+        return cla.to_device(rt.queue, a.transpose(0, 2, 3, 1).copy()).transpose((0, 3, 1, 2))
+    return cla.to_device(rt.queue, a)
+
+
 def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[dict, int]:
     """Device inputs of a case and the bytes the op must move (read once, write once)."""
     rng = np.random.default_rng(seed)
     n, c, h, w = case.shape
     oh, ow = _out_hw(case)
-    x = cla.to_device(rt.queue, rng.standard_normal(case.shape).astype(case.dtype))
-    grad = cla.to_device(rt.queue, rng.standard_normal((n, c, oh, ow)).astype(case.dtype))
+    x = _device_array(rt, rng.standard_normal(case.shape).astype(case.dtype), case.layout)
+    grad = rng.standard_normal((n, c, oh, ow)).astype(case.dtype)
+    grad = _device_array(rt, grad, case.layout)
     big, small = x.nbytes, grad.nbytes
     if case.op == "max_pool2d_with_indices_backward":
         _, indices = ops.max_pool2d_with_indices(x, **case.params)
@@ -227,8 +239,10 @@ def time_torch(case: Case, where: str, loops: int, min_time: float = MIN_TIME) -
     rng = np.random.default_rng(0)
     n, c, _, _ = case.shape
     oh, ow = _out_hw(case)
+    layout = torch.channels_last if case.layout == "nhwc" else torch.contiguous_format
     x = torch.from_numpy(rng.standard_normal(case.shape).astype(case.dtype)).to(where)
     grad = torch.from_numpy(rng.standard_normal((n, c, oh, ow)).astype(case.dtype)).to(where)
+    x, grad = x.contiguous(memory_format=layout), grad.contiguous(memory_format=layout)
     t = dict(x=x, grad_output=grad)
     if case.op == "max_pool2d_with_indices_backward":
         p = case.params
@@ -309,7 +323,7 @@ def run(
         t = time_clpool(case, rt, loops, min_time)
         nbytes = t["bytes"]
         row = dict(op=case.op, shape=list(case.shape), params=case.label, args=case.params)
-        row.update(dtype=case.dtype, **t)
+        row.update(dtype=case.dtype, layout=case.layout, **t)
         row["wall_gbps"] = nbytes / t["wall_us"] / 1e3
         row["kernel_gbps"] = nbytes / t["kernel_us"] / 1e3
         row["kernel_fraction"] = row["kernel_gbps"] / copy_gbps
