@@ -69,13 +69,12 @@ def _empty(plan: plans.Plan, spec: plans.Output, pool) -> cla.Array:
 
 def _upload(queue, value: object, pool) -> cla.Array:
     """A numpy input on the device (a blocking copy: no event to wait on); a channels-last
-    one as its own bytes, keeping its strides (plans.uploads_as_is)."""
+    one channels-last (plans.uploads_nhwc), as its own bytes where it is dense."""
     try:
         a = plans.host_array(value)
-        if plans.uploads_as_is(a):
-            return cla.to_device(queue, a.transpose(0, 2, 3, 1), allocator=pool).transpose(
-                (0, 3, 1, 2)
-            )
+        if plans.uploads_nhwc(a):
+            nhwc = np.ascontiguousarray(a.transpose(0, 2, 3, 1))
+            return cla.to_device(queue, nhwc, allocator=pool).transpose((0, 3, 1, 2))
         a = np.ascontiguousarray(a)
     except MemoryError:
         nbytes = np.asarray(value).nbytes

@@ -27,7 +27,7 @@ def _signature(a: object) -> tuple:
         queue = a.queue.int_ptr if a.queue is not None else None
         return (a.shape, a.strides, a.dtype, a.offset == 0, queue)
     if isinstance(a, np.ndarray):
-        return (a.shape, a.dtype.str, plans.uploads_as_is(a), None)
+        return (a.shape, a.dtype.str, plans.uploads_nhwc(a), None)
     raise TypeError  # anything else is planned afresh at each call
 
 

@@ -97,16 +97,17 @@ def host_array(value: object) -> np.ndarray:
     return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
-def uploads_as_is(a: np.ndarray) -> bool:
-    """True when host input `a` goes to the device as its own bytes, keeping its strides:
-    dense channels-last (NHWC memory); any other layout goes C-contiguous."""
-    return a.ndim == 4 and not a.flags.c_contiguous and a.transpose(0, 2, 3, 1).flags.c_contiguous
+def uploads_nhwc(a: np.ndarray) -> bool:
+    """True when host input `a` goes to the device channels-last (dense NHWC memory: its
+    own bytes where it is so already): where shapes.channels_last says it is laid out so;
+    any other layout goes C-contiguous."""
+    return channels_last(a.shape, tuple(s // a.itemsize for s in a.strides))
 
 
 def element_strides(a: np.ndarray | cla.Array) -> tuple[int, ...]:
     """The strides, in elements, that input `a` has on the device."""
-    if isinstance(a, np.ndarray) and not uploads_as_is(a):
-        return dense_strides(a.shape)
+    if isinstance(a, np.ndarray):
+        return dense_strides(a.shape, uploads_nhwc(a))
     return tuple(s // a.dtype.itemsize for s in a.strides)
 
 

@@ -182,21 +182,23 @@ def _views(base: np.ndarray):
     ]
 
 
+@pytest.mark.parametrize("host", [False, True])
 @pytest.mark.parametrize("case", ["max-ceil", "max-dilated", "avg-exclude-pad", "adaptive"])
-def test_other_strides_match_the_contiguous_result(case):
+def test_other_strides_match_the_contiguous_result(case, host):
     """Any strides and offsets: the result equals that of the same values C-contiguous,
-    and its memory format is torch's (channels-last only for a channels-last view); max
+    and its memory format is torch's (channels-last only for a channels-last view), for
+    device views and for the same views on the host (numpy); max
     pooling bit for bit, averages within float32's tolerance (the contiguous kernels add in
     another order)."""
     ours, theirs = FORWARD[case]
     base = data(np.random.default_rng(5), (2, 5, 8, 9), special=True)
-    for name, view, host in _views(base):
-        want = _results(ours(np.ascontiguousarray(host)))
-        got = _results(ours(view))
-        torch_strides = _results(theirs(torch.from_numpy(host)))[0].stride()
+    for name, view, on_host in _views(base):
+        want = _results(ours(np.ascontiguousarray(on_host)))
+        got = _results(ours(on_host if host else view))
+        torch_strides = _results(theirs(torch.from_numpy(on_host)))[0].stride()
         for g, w in zip(got, want, strict=True):
             assert tuple(s // g.dtype.itemsize for s in g.strides) == torch_strides, name
-            got_host = np.ascontiguousarray(launch._get(g))
+            got_host = np.ascontiguousarray(g if host else launch._get(g))
             if case.startswith("max"):
                 assert same_bits(got_host, w), name
             else:
