@@ -5,6 +5,8 @@ PyTorch CPU's (values, indices and strides)."""
 from __future__ import annotations
 
 import numpy as np
+import pyopencl as cl
+import pyopencl._cl as _cl
 import pyopencl.array as cla
 import pytest
 
@@ -225,12 +227,28 @@ def test_strided_backward_inputs_match_the_contiguous_result():
     assert same_bits(got.get(), clpool.avg_pool2d_backward(g, x, 2, 1, 1, True, False))
 
 
+@pytest.fixture
+def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of every kernel enqueued through PyOpenCL during the test (clpool's or
+    PyOpenCL's own: pyopencl._cl.enqueue_nd_range_kernel under either name)."""
+    names: list[str] = []
+    enqueue = _cl.enqueue_nd_range_kernel
+
+    def recording(queue, kernel, *args, **kwargs):
+        names.append(kernel.function_name)
+        return enqueue(queue, kernel, *args, **kwargs)
+
+    monkeypatch.setattr(_cl, "enqueue_nd_range_kernel", recording)
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", recording)
+    return names
+
+
 @pytest.mark.parametrize("case", FORWARD)
 def test_a_channels_last_array_launches_only_the_op_kernel_planned_once(
-    case, launched, monkeypatch
+    case, launched, enqueued, monkeypatch
 ):
-    """No copy kernel: exactly the op's _strided kernel, planned at the first call and
-    reused by the next."""
+    """No copy kernel: exactly the op's _strided kernel (in the plan, and as enqueued),
+    planned at the first call and reused by the next."""
     planned = []
     step = plans.Planner.step_strided
     monkeypatch.setattr(
@@ -242,21 +260,23 @@ def test_a_channels_last_array_launches_only_the_op_kernel_planned_once(
     first, second = _results(ours(x)), _results(ours(x))
     family = {"max": "max_pool2d", "avg": "avg_pool2d", "ada": "adaptive_avg_pool2d"}[case[:3]]
     assert [name for name, _ in launched] == [f"{family}_forward_strided"] * 2
+    assert enqueued == [f"{family}_forward_strided"] * 2
     assert planned == [f"{family}_forward_strided"]
     assert all(a.strides == b.strides for a, b in zip(first, second, strict=True))
 
 
-def test_backward_kernels_launched_for_channels_last_arrays(launched):
+def test_backward_kernels_launched_for_channels_last_arrays(launched, enqueued):
     t = _tensor(13, special=False)
     rng = np.random.default_rng(1)
     for _name, shape, ours, _, idx in _backward_cases(t, rng):
         g = _nhwc_array(torch.from_numpy(data(rng, tuple(shape))).contiguous(memory_format=CL))
         ours(g, _nhwc_array(t), None if idx is None else _nhwc_array(idx))
-    assert [name for name, _ in launched] == [
+    want = [
         "max_pool2d_backward_strided",
         "avg_pool2d_backward_strided",
         "adaptive_avg_pool2d_backward_strided",
     ]
+    assert [name for name, _ in launched] == want and enqueued == want
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float64])
