@@ -142,7 +142,9 @@ def _plan_max_forward(
         p.options += ("-DCLPOOL_NO_INDICES",)
     slots = None if with_indices else {"indices": "out"}  # a placeholder, untouched
     if n * c and p.strided:
-        p.step_strided("max_pool2d_forward_strided", {"x": 0}, slots, **_max_sizes(win, h, w))
+        p.step_strided(
+            "max_pool2d_forward_strided", {"x": 0}, slots, lanes=4, **_max_sizes(win, h, w)
+        )
     elif n * c:
         p.step_by_plane(
             "max_pool2d_forward", (win.ow, win.oh, n * c), slots, **_max_sizes(win, h, w)

@@ -320,12 +320,15 @@ class Planner:
         name: str,
         views: dict[str, int],
         slots: dict[str, str] | None = None,
+        lanes: int = 1,
         **scalars: object,
     ) -> None:
         """Launch _strided kernel `name` over the elements of the call's first output,
         reading input i through its strides as view `v` for each `v: i` of `views` (its
         offset bound at each call from slot `v_offset`); channels innermost where that
-        output is channels-last."""
+        output is channels-last, `lanes` of them per work-item where the kernel takes that
+        many (its channels_inner), they are contiguous in every view and divide C, and
+        in-plane offsets are 32-bit."""
         out = self.outputs[0]
         n, c, h, w = (1,) * (4 - len(out.shape)) + out.shape
         strides = (0,) * (4 - len(out.shape)) + tuple(s // out.dtype.itemsize for s in out.strides)
@@ -339,11 +342,16 @@ class Planner:
             ))  # fmt: skip
         scalars.update(zip((f"{out.slot}_sn", f"{out.slot}_sc", f"{out.slot}_sh",
                             f"{out.slot}_sw"), strides, strict=True))  # fmt: skip
-        sizes, local = ndrange(self.rt.device, *((c, w, n * h) if inner else (w, h, n * c)))
+        channel_strides = {self.strides[i][-3] for i in views.values()} | {strides[1]}
+        vectors = channel_strides == {1} and c % lanes == 0
+        per_item = lanes if vectors and "-DCLPOOL_LARGE_PLANE" not in self.options else 1
+        geometry = (c // per_item, w, n * h) if inner else (w, h, n * c)
+        sizes, local = ndrange(self.rt.device, *geometry)
         self.as_is = True
         kernel = self.kernel(name, own=True)
+        channels_inner = per_item if inner else 0
         launch = kernels.bind(
-            kernel, sizes, local, slots, C=c, channels_inner=int(inner), **scalars
+            kernel, sizes, local, slots, C=c, channels_inner=channels_inner, **scalars
         )
         self.steps.append(launch)
 

@@ -401,10 +401,11 @@ CONTIGUOUS_KERNEL(clpool_contiguous_index, index_t, IDENTITY_LOAD, IDENTITY_STOR
 #define AT(v, n, c, h, w) (v##_offset + AT_OUT(v, n, c, h, w))
 
 /* The element (n, c, h, w) of an (N, C, H, W) result that this work-item of a _strided
- * kernel computes. With channels_inner, dimension 0 walks C, 1 W and 2 N * H, so that
- * neighbouring work-items take neighbouring channels of one pixel (contiguous in a
- * channels-last tensor: coalesced loads and stores); otherwise 0 walks W, 1 H and 2 N * C.
- * False past the result. */
+ * kernel computes (the first of channels c .. c + channels_inner - 1, where a kernel takes
+ * several). With channels_inner, dimension 0 walks C (by channels_inner), 1 W and 2
+ * N * H, so that neighbouring work-items take neighbouring channels of one pixel
+ * (contiguous in a channels-last tensor: coalesced loads and stores); with 0, dimension 0
+ * walks W, 1 H and 2 N * C. False past the result. */
 typedef struct {
     long n;
     int c, h, w;
@@ -414,7 +415,7 @@ inline int strided_item(item_t *it, int C, int H, int W, int channels_inner)
 {
     long z = get_global_id(2);
     if (channels_inner) {
-        it->c = get_global_id(0);
+        it->c = get_global_id(0) * channels_inner;
         it->w = get_global_id(1);
         it->n = z / H;
         it->h = z % H;

@@ -93,12 +93,13 @@ def _check(got, want, exact: bool) -> None:
         assert_close(got, want)
 
 
+@pytest.mark.parametrize("channels", [5, 8])  # 8: max pooling takes 4 channels per work-item
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("kind", ["array", "numpy", "tensor"])
 @pytest.mark.parametrize("case", FORWARD)
-def test_forward_channels_last_matches_torch(kind, case, ties):
+def test_forward_channels_last_matches_torch(kind, case, ties, channels):
     ours, theirs = FORWARD[case]
-    t = _tensor(7, ties=ties)
+    t = _tensor(7, (2, channels, 7, 9), ties=ties)
     got, want = _results(ours(_as(kind, t))), _results(theirs(t))
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
@@ -282,7 +283,7 @@ def test_backward_kernels_launched_for_channels_last_arrays(launched, enqueued):
 @pytest.mark.parametrize("dtype", [np.float16, np.float64])
 def test_float16_and_float64_channels_last(dtype):
     with policy.use(fp16_storage=True):
-        t = _tensor(14, dtype=dtype)
+        t = _tensor(14, (2, 8, 7, 9), dtype=dtype)
         for case in ("max-ceil", "avg-include-pad", "adaptive"):
             ours, theirs = FORWARD[case]
             for g, w in zip(_results(ours(t.numpy())), _results(theirs(t)), strict=True):
@@ -294,8 +295,9 @@ def test_float16_and_float64_channels_last(dtype):
                     assert_close(g, w, 1e-3 if dtype == np.float16 else 1e-12)
 
 
-def test_int32_indices_channels_last_forward_and_backward():
-    t = _tensor(15)
+@pytest.mark.parametrize("channels", [5, 8])
+def test_int32_indices_channels_last_forward_and_backward(channels):
+    t = _tensor(15, (2, channels, 7, 9))
     values, idx = clpool.max_pool2d_with_indices(t.numpy(), 3, 2, 1, 2, index_dtype="int32")
     want, want_idx = F.max_pool2d(t, 3, 2, 1, 2, return_indices=True)
     assert idx.dtype == np.int32 and idx.strides == tuple(4 * s for s in want_idx.stride())
@@ -305,6 +307,22 @@ def test_int32_indices_channels_last_forward_and_backward():
     got = clpool.max_pool2d_with_indices_backward(g.numpy(), t.numpy(), 3, 2, 1, 2, False, idx)
     _check(got, aten.max_pool2d_with_indices_backward(g, t, [3, 3], [2, 2], [1, 1], [2, 2],
                                                       False, want_idx), exact=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("channels", [3, 4])
+def test_windows_of_minus_infinity_and_nan_channels_last(channels):
+    """Windows whose every tap is -inf take the index of their first tap inside the plane;
+    a NaN wins with its index (the last NaN), in each channel on its own."""
+    x = np.full((1, channels, 5, 6), -np.inf, np.float32)
+    x[0, 0, 1, 1] = x[0, -1, 3, 4] = np.nan
+    x[0, -1, 3, 5] = np.nan
+    x[0, 1 % channels, 2, 2] = 7.0
+    t = torch.from_numpy(x).contiguous(memory_format=CL)
+    for args in ((3, 2, 1), (2, 1, 1)):
+        got = clpool.max_pool2d_with_indices(t.numpy(), *args)
+        want = F.max_pool2d(t, *args, return_indices=True)
+        for g, w in zip(got, want, strict=True):
+            _check(g, w, exact=True)
 
 
 def test_out_must_have_the_results_strides():
