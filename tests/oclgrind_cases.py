@@ -220,13 +220,17 @@ def _nhwc(a: np.ndarray) -> np.ndarray:
 
 def nhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """Channels-last numpy inputs, tiny: each _strided kernel, its work-items walking the
-    channels of a pixel; the backward ops with channels-last grad_output and indices
-    (int32 and int64) too."""
+    channels of a pixel (max pooling also 4 channels at a time); the backward ops with
+    channels-last grad_output and indices (int32 and int64) too."""
     x = _nhwc(_data((2, 3, 4, 5), dtype, 700, ties=True))
     win = (2, 1, 1, 1, True)  # kernel_size, stride, padding, dilation, ceil_mode
     yield ("nhwc/max_pool2d_with_indices/k2",
            lambda: clpool.max_pool2d_with_indices(x, *win),
            lambda: ref.max_pool2d_with_indices(x, *win))
+    x4 = _nhwc(_data((1, 8, 4, 5), dtype, 705, ties=True))  # 4 channels per work-item
+    yield ("nhwc/max_pool2d_with_indices/lanes4",
+           lambda: clpool.max_pool2d_with_indices(x4, 3, 2, 1, 1, True),
+           lambda: ref.max_pool2d_with_indices(x4, 3, 2, 1, 1, True))
     yield ("nhwc/max_pool2d/dilated", lambda: clpool.max_pool2d(x, 2, 1, 1, 2),
            lambda: ref.max_pool2d_with_indices(x, 2, 1, 1, 2)[0])
     yield ("nhwc/avg_pool2d/ceil-exclude-pad",
