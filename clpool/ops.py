@@ -240,7 +240,7 @@ def _plan_max_backward(
     p.output("grad_x", x.shape, like=1)
     views = {"grad_out": 0, "indices": 2}
     if n * c and p.strided:
-        p.step_strided("max_pool2d_backward_strided", views, **_max_sizes(win, h, w))
+        p.step_strided("max_pool2d_backward_strided", views, lanes=4, **_max_sizes(win, h, w))
     elif n * c:
         p.step_by_plane("max_pool2d_backward", (w, h, n * c), **_max_sizes(win, h, w))
     return p.plan("grad_out", None, "indices")
@@ -292,7 +292,7 @@ def _plan_avg_forward(
     p.output("out", _unbatched((n, c, win.oh, win.ow), x.ndim), like=0)
     sizes = _avg_sizes(win, h, w, include_pad, div)
     if n * c and p.strided:
-        p.step_strided("avg_pool2d_forward_strided", {"x": 0}, **sizes)
+        p.step_strided("avg_pool2d_forward_strided", {"x": 0}, lanes=4, **sizes)
     elif n * c:
         p.step_by_plane("avg_pool2d_forward", (win.ow, win.oh, n * c), **sizes)
     return p.plan("x")
@@ -330,7 +330,7 @@ def _plan_avg_backward(
     p.output("grad_x", x.shape, like=1)
     sizes = _avg_sizes(win, h, w, include_pad, div)
     if n * c and p.strided:
-        p.step_strided("avg_pool2d_backward_strided", {"grad_out": 0}, **sizes)
+        p.step_strided("avg_pool2d_backward_strided", {"grad_out": 0}, lanes=4, **sizes)
     elif n * c:
         p.step_by_plane("avg_pool2d_backward", (w, h, n * c), **sizes)
     return p.plan("grad_out", None)
@@ -448,7 +448,13 @@ def _plan_adaptive_backward(where: Where, arrays: tuple, device, queue) -> plans
     if p.strided:
         p.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow))
         p.step_strided(
-            "adaptive_avg_pool2d_backward_strided", {"grad_out": 0}, H=h, W=w, OH=oh, OW=ow
+            "adaptive_avg_pool2d_backward_strided",
+            {"grad_out": 0},
+            lanes=4,
+            H=h,
+            W=w,
+            OH=oh,
+            OW=ow,
         )
     elif win is not None:
         # Equal cells that tile the plane: the average pooling backward of that window.

@@ -324,8 +324,9 @@ __kernel void adaptive_avg_pool2d_forward_strided(__global const elem_t *restric
 }
 
 /* adaptive_avg_pool2d_backward for a grad_out of any strides, grad_x written through its
- * own: one input element per work-item adds the share of each cell containing it, in
- * output order (the per-plane kernel's sums). */
+ * own: one input element per work-item (4 channels with channels_inner == 4, see
+ * load_lanes) adds the share of each cell containing it, in output order (the per-plane
+ * kernel's sums). */
 __kernel void adaptive_avg_pool2d_backward_strided(__global const elem_t *restrict grad_out,
                                                    __global elem_t *restrict grad_x,
                                                    STRIDED_BACKWARD_SIZES, int H, int W,
@@ -336,13 +337,15 @@ __kernel void adaptive_avg_pool2d_backward_strided(__global const elem_t *restri
         return;
     int oh0 = cell_start(e.h, OH, H), oh1 = cell_end(e.h, OH, H);
     int ow0 = cell_start(e.w, OW, W), ow1 = cell_end(e.w, OW, W);
-    acc_t g = 0;
+    int lanes = channels_inner == 4 ? 4 : 1;
+    acc4_t g = 0;
     for (int oh = oh0; oh < oh1; ++oh) {
         int rows = cell_end(oh, H, OH) - cell_start(oh, H, OH);
         for (int ow = ow0; ow < ow1; ++ow) {
             int cols = cell_end(ow, W, OW) - cell_start(ow, W, OW);
-            g += LOAD(grad_out, AT(grad_out, e.n, e.c, oh, ow)) / (acc_t)rows / (acc_t)cols;
+            acc4_t v = load_lanes(grad_out, AT(grad_out, e.n, e.c, oh, ow), lanes);
+            g += v / (acc_t)rows / (acc_t)cols;
         }
     }
-    STORE(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g);
+    store_lanes(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g, lanes);
 }

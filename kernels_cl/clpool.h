@@ -427,3 +427,21 @@ inline int strided_item(item_t *it, int C, int H, int W, int channels_inner)
     }
     return it->c < C && it->h < H && it->w < W;
 }
+
+/* Elements i .. i + n - 1 of p (n is 1, or 4 where a _strided kernel takes 4 channels
+ * contiguous in every view) as the first n lanes of a vector, the others 0; and their
+ * store. Lane x alone gives the same sums as a scalar would. */
+inline acc4_t load_lanes(__global const elem_t *p, long i, int n)
+{
+    return n == 4 ? LOAD4(p, i) : (acc4_t)(LOAD(p, i), 0, 0, 0);
+}
+
+inline void store_lanes(__global elem_t *p, long i, acc4_t v, int n)
+{
+    STORE(p, i, v.x);
+    if (n == 4) {
+        STORE(p, i + 1, v.y);
+        STORE(p, i + 2, v.z);
+        STORE(p, i + 3, v.w);
+    }
+}

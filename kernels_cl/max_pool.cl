@@ -341,9 +341,9 @@ __kernel void max_pool2d_forward_strided(__global const elem_t *restrict x,
     long indices_offset, long indices_sn, long indices_sc, long indices_sh, long indices_sw
 
 /* max_pool2d_backward for grad_out and indices of any strides, grad_x written through its
- * own: one input element per work-item gathers, in output order, the gradients of the
- * windows whose index names it (an index outside its window or the plane matches
- * nothing), as the kernels above. */
+ * own: one input element per work-item (4 channels with channels_inner == 4, see
+ * load_lanes) gathers, in output order, the gradients of the windows whose index names it
+ * (an index outside its window or the plane matches nothing), as the kernels above. */
 __kernel void max_pool2d_backward_strided(__global const elem_t *restrict grad_out,
                                           __global const index_t *restrict indices,
                                           __global elem_t *restrict grad_x,
@@ -358,12 +358,19 @@ __kernel void max_pool2d_backward_strided(__global const elem_t *restrict grad_o
     window_range rows = windows_reaching(e.h, 1, H, sh, ph, span_h, OH);
     window_range cols = windows_reaching(e.w, 1, W, sw, pw, span_w, OW);
     pos_t self = (pos_t)e.h * W + e.w;
-    acc_t g = 0;
+    int lanes = channels_inner == 4 ? 4 : 1;
+    acc4_t g = 0;
     for (int oh = rows.first; oh < rows.end; ++oh)
         for (int ow = cols.first; ow < cols.end; ++ow) {
-            acc_t v = LOAD(grad_out, AT(grad_out, e.n, e.c, oh, ow));
-            index_t at = indices[AT(indices, e.n, e.c, oh, ow)];
-            g += at == self && INSIDE(e.w - (ow * sw - pw), span_w) ? v : (acc_t)0;
+            acc4_t v = load_lanes(grad_out, AT(grad_out, e.n, e.c, oh, ow), lanes);
+            __global const index_t *at = indices + AT(indices, e.n, e.c, oh, ow);
+            int inside = INSIDE(e.w - (ow * sw - pw), span_w);
+            g.x += inside && at[0] == self ? v.x : (acc_t)0;
+            if (lanes == 4) {
+                g.y += inside && at[1] == self ? v.y : (acc_t)0;
+                g.z += inside && at[2] == self ? v.z : (acc_t)0;
+                g.w += inside && at[3] == self ? v.w : (acc_t)0;
+            }
         }
-    STORE(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g);
+    store_lanes(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g, lanes);
 }

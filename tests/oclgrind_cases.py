@@ -231,6 +231,21 @@ def nhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("nhwc/max_pool2d_with_indices/lanes4",
            lambda: clpool.max_pool2d_with_indices(x4, 3, 2, 1, 1, True),
            lambda: ref.max_pool2d_with_indices(x4, 3, 2, 1, 1, True))
+    yield ("nhwc/avg_pool2d/lanes4", lambda: clpool.avg_pool2d(x4, 3, 2, 1, True, False),
+           lambda: ref.avg_pool2d(x4, 3, 2, 1, True, False))
+    _, idx4 = ref.max_pool2d_with_indices(x4, 3, 2, 1, 1, True)
+    g4 = _nhwc(_data(idx4.shape, dtype, 706))
+    yield ("nhwc/max_pool2d_with_indices_backward/lanes4",
+           lambda: clpool.max_pool2d_with_indices_backward(g4, x4, 3, 2, 1, 1, True,
+                                                           _nhwc(idx4)),
+           lambda: ref.max_pool2d_with_indices_backward(g4, x4, idx4, 3, 2, 1, 1, True))
+    yield ("nhwc/avg_pool2d_backward/lanes4",
+           lambda: clpool.avg_pool2d_backward(g4, x4, 3, 2, 1, True, False),
+           lambda: ref.avg_pool2d_backward(g4, x4, 3, 2, 1, True, False))
+    gd4 = _nhwc(_data((1, 8, 3, 2), dtype, 707))
+    yield ("nhwc/adaptive_avg_pool2d_backward/lanes4",
+           lambda: clpool.adaptive_avg_pool2d_backward(gd4, x4),
+           lambda: ref.adaptive_avg_pool2d_backward(gd4, x4))
     yield ("nhwc/max_pool2d/dilated", lambda: clpool.max_pool2d(x, 2, 1, 1, 2),
            lambda: ref.max_pool2d_with_indices(x, 2, 1, 1, 2)[0])
     yield ("nhwc/avg_pool2d/ceil-exclude-pad",

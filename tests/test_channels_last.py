@@ -127,13 +127,14 @@ def _backward_cases(t: torch.Tensor, rng: np.random.Generator):
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize("channels", [5, 8])  # 8: 4 channels per work-item
 @pytest.mark.parametrize("kind", ["array", "numpy", "tensor"])
 @pytest.mark.parametrize("formats", ["cl-cl", "cl-grad", "cl-input"])
-def test_backward_channels_last_matches_aten(kind, formats):
+def test_backward_channels_last_matches_aten(kind, formats, channels):
     """grad_input follows the forward input's memory format, whatever grad_output's (and
     the indices') is, as ATen's backward ops do."""
     rng = np.random.default_rng(11)
-    t = _tensor(8, ties=True)
+    t = _tensor(8, (2, channels, 7, 9), ties=True)
     for name, shape, ours, theirs, idx in _backward_cases(t, rng):
         g = torch.from_numpy(data(rng, tuple(shape)))
         g, x = g.contiguous(memory_format=CL), t
@@ -159,7 +160,7 @@ def test_backward_channels_last_matches_aten(kind, formats):
     ],
 )  # fmt: skip
 def test_torch_modules_keep_channels_last_forward_and_backward(module, reference):
-    t = _tensor(9, special=False)
+    t = _tensor(9, (2, 8, 7, 9), special=False)
     ours, theirs = t.clone().requires_grad_(), t.clone().requires_grad_()
     y, want = module(ours), reference(theirs)
     grad = torch.from_numpy(data(np.random.default_rng(3), tuple(want.shape)))
