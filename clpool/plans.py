@@ -327,8 +327,7 @@ class Planner:
         reading input i through its strides as view `v` for each `v: i` of `views` (its
         offset bound at each call from slot `v_offset`); channels innermost where that
         output is channels-last, `lanes` of them per work-item where the kernel takes that
-        many (its channels_inner), they are contiguous in every view and divide C, and
-        in-plane offsets are 32-bit."""
+        many (its channels_inner), they are contiguous in every view and divide C."""
         out = self.outputs[0]
         n, c, h, w = (1,) * (4 - len(out.shape)) + out.shape
         strides = (0,) * (4 - len(out.shape)) + tuple(s // out.dtype.itemsize for s in out.strides)
@@ -343,8 +342,7 @@ class Planner:
         scalars.update(zip((f"{out.slot}_sn", f"{out.slot}_sc", f"{out.slot}_sh",
                             f"{out.slot}_sw"), strides, strict=True))  # fmt: skip
         channel_strides = {self.strides[i][-3] for i in views.values()} | {strides[1]}
-        vectors = channel_strides == {1} and c % lanes == 0
-        per_item = lanes if vectors and "-DCLPOOL_LARGE_PLANE" not in self.options else 1
+        per_item = lanes if channel_strides == {1} and c % lanes == 0 else 1
         geometry = (c // per_item, w, n * h) if inner else (w, h, n * c)
         sizes, local = ndrange(self.rt.device, *geometry)
         self.as_is = True
