@@ -399,7 +399,7 @@ def _plan_adaptive_forward(where: Where, arrays: tuple, output_size, device, que
     if not n * c * oh * ow:
         return p.plan("x")
     if p.strided:
-        p.step_strided("adaptive_avg_pool2d_forward_strided", {"x": 0}, **sizes)
+        p.step_strided("adaptive_avg_pool2d_forward_strided", {"x": 0}, lanes=4, **sizes)
     elif whole and not p.gpu:
         # A CPU sums a plane fastest in one work-item.
         p.step("adaptive_avg_pool2d_plane", (n * c,), local=(1,), HW=h * w)

@@ -28,6 +28,14 @@ inline void add_compensated(acc_t *total, acc_t *c, acc_t v)
     *total = t;
 }
 
+/* add_compensated in four lanes (the _strided forward's four channels). */
+inline void add_compensated4(acc4_t *total, acc4_t *c, acc4_t v)
+{
+    acc4_t y = v - *c, t = *total + y;
+    *c = (t - *total) - y;
+    *total = t;
+}
+
 inline acc_t sum4(acc4_t s) { return (s.x + s.y) + (s.z + s.w); }
 
 #ifndef CLPOOL_NO_LANES16
@@ -294,7 +302,8 @@ __kernel void adaptive_avg_pool2d_plane(__global const elem_t *restrict x,
 }
 
 /* adaptive_avg_pool2d_forward for an input of any strides, the result written through
- * out's strides: one output per work-item, its cell summed in window_sum's blocks of up to
+ * out's strides: one output per work-item (4 channels with channels_inner == 4, see
+ * load_lanes), its cell summed in window_sum's blocks of up to
  * 16 rows by 64 columns, each folded into a compensated total (so that an infinity in a
  * small cell gives what it does there, not the NaN of a second fold). */
 __kernel void adaptive_avg_pool2d_forward_strided(__global const elem_t *restrict x,
@@ -308,19 +317,21 @@ __kernel void adaptive_avg_pool2d_forward_strided(__global const elem_t *restric
     __global const elem_t *xp = x + AT(x, o.n, o.c, 0, 0);
     int h0 = cell_start(o.h, H, OH), h1 = cell_end(o.h, H, OH);
     int w0 = cell_start(o.w, W, OW), w1 = cell_end(o.w, W, OW);
-    acc_t total = 0, comp = 0;
+    int lanes = channels_inner == 4 ? 4 : 1;
+    acc4_t total = 0, comp = 0;
     for (int b = h0, b1; b < h1; b = b1) {
         b1 = h1 - b > 16 ? b + 16 : h1;
         for (int a = w0, a1; a < w1; a = a1) {
             a1 = w1 - a > 64 ? a + 64 : w1;
-            acc_t s = 0;
+            acc4_t s = 0;
             for (int h = b; h < b1; ++h)
                 for (int w = a; w < a1; ++w)
-                    s += LOAD(xp, (long)h * x_sh + (long)w * x_sw);
-            add_compensated(&total, &comp, s);
+                    s += load_lanes(xp, (long)h * x_sh + (long)w * x_sw, lanes);
+            add_compensated4(&total, &comp, s);
         }
     }
-    STORE(out, AT_OUT(out, o.n, o.c, o.h, o.w), total / (acc_t)(h1 - h0) / (acc_t)(w1 - w0));
+    acc4_t mean = total / (acc_t)(h1 - h0) / (acc_t)(w1 - w0);
+    store_lanes(out, AT_OUT(out, o.n, o.c, o.h, o.w), mean, lanes);
 }
 
 /* adaptive_avg_pool2d_backward for a grad_out of any strides, grad_x written through its
