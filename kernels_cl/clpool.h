@@ -388,7 +388,9 @@ CONTIGUOUS_KERNEL(clpool_contiguous_index, index_t, IDENTITY_LOAD, IDENTITY_STOR
  * (channels-last where the input is), one result element per work-item. Element
  * (n, c, h, w) of an input view v lies at v_offset + n * v_sn + c * v_sc + h * v_sh +
  * w * v_sw of its buffer (AT), of a result view r at the same without the offset (AT_OUT),
- * in elements. C is the channels, and channels_inner says the result is channels-last. */
+ * in elements. C is the channels; channels_inner is 0 for a result laid out otherwise, else
+ * the channels-last result's channels per work-item: 1, or 4 where the kernel takes 4
+ * channels contiguous in every view (the host's choice, for C a multiple of 4). */
 #define STRIDED_FORWARD_SIZES                                                       \
     long x_offset, long x_sn, long x_sc, long x_sh, long x_sw,                      \
     long out_sn, long out_sc, long out_sh, long out_sw, int C, int channels_inner
