@@ -90,6 +90,9 @@ _SIGNATURES.update({
     "adaptive_avg_pool2d_forward_strided": (
         ("x", GLOBAL), ("out", GLOBAL), *_STRIDED_FORWARD, *_ADAPTIVE_SIZES,
     ),
+    "adaptive_avg_pool2d_global_strided": (
+        ("x", GLOBAL), ("out", GLOBAL), *_STRIDED_FORWARD, *_ints("H", "W"), ("scratch", LOCAL),
+    ),
     "adaptive_avg_pool2d_backward_strided": (
         ("grad_out", GLOBAL), ("grad_x", GLOBAL), *_STRIDED_BACKWARD, *_ADAPTIVE_SIZES,
     ),

@@ -398,7 +398,20 @@ def _plan_adaptive_forward(where: Where, arrays: tuple, output_size, device, que
     sizes = dict(H=h, W=w, OH=oh, OW=ow)
     if not n * c * oh * ow:
         return p.plan("x")
-    if p.strided:
+    if p.strided and whole and p.gpu:
+        # Work-groups of up to 32 channels by slices of rows, as many as fit the device.
+        group = p.group_size("adaptive_avg_pool2d_global_strided", 256)
+        across = min(32, plans.pow2_at_least(c), group)
+        slices = min(group // across, 1 << (h.bit_length() - 1))
+        p.step_strided(
+            "adaptive_avg_pool2d_global_strided",
+            {"x": 0},
+            group=(across, slices),
+            H=h,
+            W=w,
+            scratch=across * slices * acc.itemsize,
+        )
+    elif p.strided:
         p.step_strided("adaptive_avg_pool2d_forward_strided", {"x": 0}, lanes=4, **sizes)
     elif whole and not p.gpu:
         # A CPU sums a plane fastest in one work-item.

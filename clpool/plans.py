@@ -321,13 +321,16 @@ class Planner:
         views: dict[str, int],
         slots: dict[str, str] | None = None,
         lanes: int = 1,
+        group: tuple[int, int] | None = None,
         **scalars: object,
     ) -> None:
         """Launch _strided kernel `name` over the elements of the call's first output,
         reading input i through its strides as view `v` for each `v: i` of `views` (its
         offset bound at each call from slot `v_offset`); channels innermost where that
         output is channels-last, `lanes` of them per work-item where the kernel takes that
-        many (its channels_inner), they are contiguous in every view and divide C."""
+        many (its channels_inner), they are contiguous in every view and divide C; or, with
+        `group` (channels, slices), work-groups of that many channels of one image by that
+        many slices."""
         out = self.outputs[0]
         n, c, h, w = (1,) * (4 - len(out.shape)) + out.shape
         strides = (0,) * (4 - len(out.shape)) + tuple(s // out.dtype.itemsize for s in out.strides)
@@ -345,6 +348,9 @@ class Planner:
         per_item = lanes if channel_strides == {1} and c % lanes == 0 else 1
         geometry = (c // per_item, w, n * h) if inner else (w, h, n * c)
         sizes, local = ndrange(self.rt.device, *geometry)
+        if group is not None:
+            per_item = 1
+            sizes, local = (-(-c // group[0]) * group[0], group[1], n), (*group, 1)
         self.as_is = True
         kernel = self.kernel(name, own=True)
         channels_inner = per_item if inner else 0

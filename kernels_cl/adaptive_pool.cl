@@ -360,3 +360,34 @@ __kernel void adaptive_avg_pool2d_backward_strided(__global const elem_t *restri
     }
     store_lanes(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g, lanes);
 }
+
+/* Global (1x1) average pooling for an input of any strides on a GPU: a work-group takes
+ * get_local_size(0) channels of one image (neighbouring work-items, neighbouring channels:
+ * coalesced on channels-last data), its get_local_size(1) slices (a power of two) each sum
+ * every slice-th row, and local memory adds the slices. A work-item per channel summing
+ * its whole plane leaves a GPU nearly idle (N * C work-items). */
+__kernel void adaptive_avg_pool2d_global_strided(__global const elem_t *restrict x,
+                                                 __global elem_t *restrict out,
+                                                 STRIDED_FORWARD_SIZES, int H, int W,
+                                                 __local acc_t *scratch)
+{
+    int c = get_global_id(0), slice = get_local_id(1), slices = get_local_size(1);
+    int across = get_local_size(0), lid = slice * across + get_local_id(0);
+    long n = get_global_id(2);
+    acc_t s = 0;
+    if (c < C) {
+        __global const elem_t *xp = x + AT(x, n, c, 0, 0);
+        for (int h = slice; h < H; h += slices)
+            for (int w = 0; w < W; ++w)
+                s += LOAD(xp, (long)h * x_sh + (long)w * x_sw);
+    }
+    scratch[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int half_n = slices / 2; half_n > 0; half_n /= 2) {
+        if (slice < half_n)
+            scratch[lid] += scratch[lid + half_n * across];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (slice == 0 && c < C)
+        STORE(out, AT_OUT(out, n, c, 0, 0), scratch[lid] / (acc_t)H / (acc_t)W);
+}

@@ -244,6 +244,8 @@ def nhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
            lambda: ref.avg_pool2d_backward(g4, x4, 3, 2, 1, True, False))
     yield ("nhwc/adaptive_avg_pool2d/lanes4", lambda: clpool.adaptive_avg_pool2d(x4, (3, 2)),
            lambda: ref.adaptive_avg_pool2d(x4, (3, 2)))
+    yield ("nhwc/adaptive_avg_pool2d/global",
+           lambda: clpool.adaptive_avg_pool2d(x4, 1), lambda: ref.adaptive_avg_pool2d(x4, 1))
     gd4 = _nhwc(_data((1, 8, 3, 2), dtype, 707))
     yield ("nhwc/adaptive_avg_pool2d_backward/lanes4",
            lambda: clpool.adaptive_avg_pool2d_backward(gd4, x4),

@@ -281,6 +281,19 @@ def test_backward_kernels_launched_for_channels_last_arrays(launched, enqueued):
     assert [name for name, _ in launched] == want and enqueued == want
 
 
+@pytest.mark.parametrize("channels", [3, 40])
+def test_global_average_on_a_gpu_runs_work_groups_of_channels_by_row_slices(channels, launched):
+    """A GPU's global average of a channels-last (or any strided) input: the work-group
+    kernel, its slices of rows added in local memory."""
+    with policy.use(gpu=True):
+        t = _tensor(17, (2, channels, 9, 5), special=False)
+        _check(clpool.adaptive_avg_pool2d(_nhwc_array(t), 1), F.adaptive_avg_pool2d(t, 1), False)
+        view = _nhwc_array(t)[:, :, 1:, ::2]
+        want = F.adaptive_avg_pool2d(t[:, :, 1:, ::2], 1)
+        _check(clpool.adaptive_avg_pool2d(view, 1), want, False)
+    assert [name for name, _ in launched] == ["adaptive_avg_pool2d_global_strided"] * 2
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float64])
 def test_float16_and_float64_channels_last(dtype):
     with policy.use(fp16_storage=True):
