@@ -13,6 +13,7 @@ import pyopencl.array as cla
 
 from . import bfloat16
 from .errors import PoolArgumentError, Problem, UnsupportedDtypeError
+from .shapes import c_contiguous, channels_last
 
 
 def _is_tensor(a: object) -> bool:
@@ -20,7 +21,8 @@ def _is_tensor(a: object) -> bool:
 
 
 def _from_tensor(t: object) -> np.ndarray:
-    """A CPU torch tensor as a host numpy array (no gradient flows; a copy where it must)."""
+    """A CPU torch tensor as a host numpy array (no gradient flows; a copy where it must:
+    a channels-last tensor is a view, which goes to the device as its own bytes)."""
     device = t.device  # type: ignore[attr-defined]
     if device.type != "cpu":
         raise Problem(
@@ -28,8 +30,10 @@ def _from_tensor(t: object) -> np.ndarray:
             f"the input tensor is on torch device {device}; clpool takes CPU tensors "
             "(move it with .cpu(), or pass a pyopencl Array)",
         )
-    t = t.detach().contiguous()  # type: ignore[attr-defined]
-    if str(t.dtype) == "torch.bfloat16":  # type: ignore[attr-defined] # numpy has none
+    t = t.detach()  # type: ignore[attr-defined]
+    if not tensor_channels_last(t):
+        t = t.contiguous()
+    if str(t.dtype) == "torch.bfloat16":  # numpy has none
         return bfloat16_numpy(t)
     try:
         return t.numpy()
@@ -41,8 +45,8 @@ def _from_tensor(t: object) -> np.ndarray:
 
 
 def bfloat16_numpy(t: object) -> np.ndarray:
-    """A contiguous CPU torch.bfloat16 tensor as an ml_dtypes.bfloat16 array sharing its
-    memory; an UnsupportedDtypeError without ml_dtypes."""
+    """A CPU torch.bfloat16 tensor as an ml_dtypes.bfloat16 array sharing its memory and
+    strides; an UnsupportedDtypeError without ml_dtypes."""
     import torch
 
     dt = bfloat16.dtype()
@@ -50,10 +54,11 @@ def bfloat16_numpy(t: object) -> np.ndarray:
 
 
 def bfloat16_tensor(a: np.ndarray) -> Any:
-    """An ml_dtypes.bfloat16 array as a torch.bfloat16 tensor sharing its memory."""
+    """An ml_dtypes.bfloat16 array as a torch.bfloat16 tensor sharing its memory and
+    strides."""
     import torch
 
-    return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
 
 
 def _from_dlpack(a: object) -> np.ndarray:
@@ -83,19 +88,23 @@ def inputs(arrays: tuple) -> tuple[tuple, object | None]:
     return tuple(out), like
 
 
+def tensor_channels_last(t: object) -> bool:
+    """True when torch tensor `t` is laid out channels-last (shapes.channels_last): the
+    one rule for clpool and clpool.torch."""
+    return channels_last(tuple(t.shape), tuple(t.stride()))  # type: ignore[attr-defined]
+
+
 def tensors(results: list, like: object) -> list:
-    """Host results as torch tensors on `like`'s device, 4-D ones in its memory format."""
+    """Host results as torch tensors on `like`'s device, with the results' own strides
+    (channels-last ones stay so, without a copy)."""
     import torch
 
-    last = like.dim() == 4 and like.is_contiguous(memory_format=torch.channels_last)  # type: ignore[attr-defined]
-    out = []
-    for r in results:
-        is_bf16 = bfloat16.is_bfloat16(r.dtype)
-        t = bfloat16_tensor(r) if is_bf16 else torch.from_numpy(np.ascontiguousarray(r))
-        if last and t.dim() == 4:
-            t = t.contiguous(memory_format=torch.channels_last)
-        out.append(t.to(like.device))  # type: ignore[attr-defined]
-    return out
+    return [
+        (bfloat16_tensor(r) if bfloat16.is_bfloat16(r.dtype) else torch.from_numpy(r)).to(
+            like.device  # type: ignore[attr-defined]
+        )
+        for r in results
+    ]
 
 
 def check_queue(queue: object) -> None:
@@ -126,7 +135,9 @@ def check_out(given: Sequence[cla.Array], specs: Sequence, context: cl.Context) 
                 f"{what} has shape {tuple(a.shape)} and dtype {a.dtype.name}; the result has "
                 f"shape {tuple(spec.shape)} and dtype {spec.dtype.name}",
             )
-        if not a.flags.c_contiguous or a.offset != 0:
-            raise Problem(PoolArgumentError, f"{what} must be C-contiguous with offset 0")
+        dense = c_contiguous(spec.shape, tuple(s // spec.dtype.itemsize for s in spec.strides))
+        if (not a.flags.c_contiguous if dense else tuple(a.strides) != spec.strides) or a.offset:
+            want = "C-contiguous" if dense else f"channels-last (strides {spec.strides})"
+            raise Problem(PoolArgumentError, f"{what} must be {want} with offset 0")
         if a.context != context:
             raise Problem(PoolArgumentError, f"{what} is in another context than the op runs in")

@@ -68,13 +68,15 @@ class Case:
     shape: tuple[int, ...]  # (N, C, H, W), or (N, C, D, H, W) for the 3-D ops
     params: dict = field(default_factory=dict)
     dtype: str = "float32"
+    layout: str = "nchw"  # or "nhwc": channels-last inputs (PyTorch's too)
 
     @property
     def label(self) -> str:
         p = self.params
+        nhwc = " nhwc" if self.layout == "nhwc" else ""
         if "output_size" in p:
-            return f"out {p['output_size']}"
-        return f"k{p['kernel_size']} s{p['stride']} p{p['padding']}"
+            return f"out {p['output_size']}{nhwc}"
+        return f"k{p['kernel_size']} s{p['stride']} p{p['padding']}{nhwc}"
 
 
 def default_cases(
@@ -82,9 +84,10 @@ def default_cases(
     ops_wanted: tuple[str, ...] = OPS,
     shape: tuple[int, ...] | None = None,
     dtype: str = "float32",
+    layout: str = "nchw",
 ) -> list[Case]:
     """The default sweep (or every op of the shape's rank on one given shape with k3 s2 p1),
-    in `dtype`."""
+    in `dtype`, on inputs of `layout` ("nchw", or "nhwc": channels-last)."""
     if shape is not None and len(shape) == 5:
         return [Case(op, tuple(shape), dict(SHAPE_3D[1]), dtype)
                 for op in WINDOWED_3D if op in ops_wanted]  # fmt: skip
@@ -93,10 +96,10 @@ def default_cases(
         shapes = tuple(((max(1, s[0] // 4), *s[1:]), w) for s, w in shapes)
     cases = []
     for i, (s, window) in enumerate(shapes):
-        cases += [Case(op, s, dict(window), dtype) for op in WINDOWED if op in ops_wanted]
+        cases += [Case(op, s, dict(window), dtype, layout) for op in WINDOWED if op in ops_wanted]
         if i < 2 or shape is not None:
             cases += [
-                Case(op, s, dict(output_size=o), dtype)
+                Case(op, s, dict(output_size=o), dtype, layout)
                 for o in ADAPTIVE_OUTPUTS
                 for op in ADAPTIVE_AVG
                 if op in ops_wanted
@@ -199,12 +202,19 @@ def _tensor(a: np.ndarray):
     return adopt.bfloat16_tensor(a) if bfloat16.is_bfloat16(a.dtype) else torch.from_numpy(a)
 
 
+def _device_array(rt: Runtime, a: np.ndarray, layout: str) -> cla.Array:
+    """`a` on the device, laid out NCHW or channels-last (`layout` "nhwc")."""
+    if layout == "nhwc":
+        return cla.to_device(rt.queue, a.transpose(0, 2, 3, 1).copy()).transpose((0, 3, 1, 2))
+    return cla.to_device(rt.queue, a)
+
+
 def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[dict, int]:
     """Device inputs of a case and the bytes the op must move (read once, write once)."""
     rng = np.random.default_rng(seed)
     out_shape = (*case.shape[:2], *_out_hw(case))
-    x = cla.to_device(rt.queue, _data(rng, case.shape, case.dtype))
-    grad = cla.to_device(rt.queue, _data(rng, out_shape, case.dtype))
+    x = _device_array(rt, _data(rng, case.shape, case.dtype), case.layout)
+    grad = _device_array(rt, _data(rng, out_shape, case.dtype), case.layout)
     big, small = x.nbytes, grad.nbytes
     if case.op.startswith("max_pool") and case.op.endswith("_with_indices_backward"):
         _, indices = getattr(clpool, case.op.removesuffix("_backward"))(x, **case.params)
@@ -298,8 +308,10 @@ def time_torch(case: Case, where: str, loops: int, min_time: float = MIN_TIME) -
 
     rng = np.random.default_rng(0)
     out_shape = (*case.shape[:2], *_out_hw(case))
+    layout = torch.channels_last if case.layout == "nhwc" else torch.contiguous_format
     x = _tensor(_data(rng, case.shape, case.dtype)).to(where)
     grad = _tensor(_data(rng, out_shape, case.dtype)).to(where)
+    x, grad = x.contiguous(memory_format=layout), grad.contiguous(memory_format=layout)
     t = dict(x=x, grad_output=grad)
     if case.op.startswith("max_pool") and case.op.endswith("_with_indices_backward"):
         p = case.params
@@ -389,7 +401,7 @@ def run(
         t = time_clpool(case, rt, loops, min_time)
         nbytes = t["bytes"]
         row = dict(op=case.op, shape=list(case.shape), params=case.label, args=case.params)
-        row.update(dtype=case.dtype, **t)
+        row.update(dtype=case.dtype, layout=case.layout, **t)
         row["wall_gbps"] = nbytes / t["wall_us"] / 1e3
         row["kernel_gbps"] = nbytes / t["kernel_us"] / 1e3
         row["kernel_fraction"] = row["kernel_gbps"] / copy_gbps

@@ -1,7 +1,8 @@
 """The canary that clpool.verify runs in a child process: every kernel entry point that
 clpool launches on the device, in each dtype the device takes, built generic and with
 small windows as constants, on inputs wide enough for the CPU kernels' 16-lane rows, each
-result checked against the float64 reference. Exits 0 when all pass; a driver that
+result checked against the float64 reference; the _strided kernels on channels-last
+copies. Exits 0 when all pass; a driver that
 crashes kills only this process. Announces each stage on stdout ("stage: ...") so that
 the parent can say where it died.
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from itertools import chain
 
 import numpy as np
 
@@ -186,6 +188,19 @@ def run(device, only: str | None = None) -> None:
                 _stage(rng, dtype, windows)
 
 
+def _nhwc(a: np.ndarray) -> np.ndarray:
+    """`a` laid out channels-last (NHWC memory): the ops run their _strided kernels."""
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+def _channels_last_calls(x: np.ndarray, g, windows: tuple, tall: np.ndarray):
+    """_calls on channels-last copies of `x` (given a fourth channel: max pooling takes
+    four per work-item then) and `tall`, over the first window."""
+    x = np.concatenate([x, x[:, :1]], axis=1)
+    for what, got, want, exact in _calls(_nhwc(x), g, windows[:1], _nhwc(tall)):
+        yield f"{what} channels-last", got, want, exact
+
+
 def _stage(rng: np.random.Generator, dtype: np.dtype, windows: tuple) -> None:
     x = rng.standard_normal(SHAPE).astype(dtype)
     tall = rng.standard_normal(TALL).astype(dtype)
@@ -194,7 +209,9 @@ def _stage(rng: np.random.Generator, dtype: np.dtype, windows: tuple) -> None:
     def g(shape: tuple[int, ...]) -> np.ndarray:
         return rng.standard_normal(shape).astype(dtype)
 
-    for what, got, want, exact in (*_calls(x, g, windows, tall), *_calls_3d(x3, g)):
+    for what, got, want, exact in chain(
+        _calls(x, g, windows, tall), _channels_last_calls(x, g, windows, tall), _calls_3d(x3, g)
+    ):
         err = check.error(got, want)
         if err != 0 and (exact or err > check.TOLERANCE[dtype.name]):
             raise AssertionError(f"{what} in {dtype.name}: wrong result (error {err:.3g})")

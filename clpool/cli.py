@@ -147,6 +147,13 @@ def check(device_spec: str | None, dtype: str, as_json: bool) -> None:
     show_default=True,
     help="The inputs' dtype.",
 )
+@click.option(
+    "--layout",
+    type=click.Choice(["nchw", "nhwc"]),
+    default="nchw",
+    show_default=True,
+    help="The inputs' memory format (nhwc: channels-last, PyTorch's too).",
+)
 @click.option("--no-torch", is_flag=True, help="Do not time PyTorch beside clpool.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option(
@@ -162,6 +169,7 @@ def bench(
     repeats: int,
     min_time: float,
     dtype: str,
+    layout: str,
     no_torch: bool,
     as_json: bool,
     plot_path: str | None,
@@ -193,7 +201,7 @@ def bench(
     if problem:
         click.echo(f"bench: {problem}", err=True)
         sys.exit(2)
-    cases = harness.default_cases(cpu, op_names or harness.OPS, dims, dtype)
+    cases = harness.default_cases(cpu, op_names or harness.OPS, dims, dtype, layout)
     with click.progressbar(length=len(cases) + 2, label="bench", file=sys.stderr) as bar:
         report = harness.report(
             rt, cases, repeats, not no_torch, min_time, progress=lambda _: bar.update(1)

@@ -115,6 +115,41 @@ for _name in ("max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward",
               "avg_pool2d_backward", "adaptive_avg_pool2d_backward"):  # fmt: skip
     _SIGNATURES[f"{_name}_plane"] = _SIGNATURES[_name]
 _SIGNATURES["adaptive_max_pool_backward_plane"] = _SIGNATURES["adaptive_max_pool_backward"]
+
+
+def _view(name: str, offset: bool = True) -> tuple[tuple[str, str], ...]:
+    """The element offset (an input's) and strides of a _strided kernel's 4-D view."""
+    axes = ("sn", "sc", "sh", "sw")
+    return tuple((f"{name}_{axis}", LONG) for axis in ("offset",) * offset + axes)
+
+
+# The _strided kernels: any input strides, results through their own (clpool.h).
+_STRIDED_FORWARD = (*_view("x"), *_view("out", offset=False), *_ints("C", "channels_inner"))
+_STRIDED_BACKWARD = (
+    *_view("grad_out"), *_view("grad_x", offset=False), *_ints("C", "channels_inner"),
+)  # fmt: skip
+_SIGNATURES.update({
+    "max_pool2d_forward_strided": (
+        ("x", GLOBAL), ("out", GLOBAL), ("indices", GLOBAL), *_STRIDED_FORWARD, *_MAX_SIZES,
+    ),
+    "max_pool2d_backward_strided": (
+        ("grad_out", GLOBAL), ("indices", GLOBAL), ("grad_x", GLOBAL), *_STRIDED_BACKWARD,
+        *_view("indices"), *_MAX_SIZES,
+    ),
+    "avg_pool2d_forward_strided": (("x", GLOBAL), ("out", GLOBAL), *_STRIDED_FORWARD, *_AVG_SIZES),
+    "avg_pool2d_backward_strided": (
+        ("grad_out", GLOBAL), ("grad_x", GLOBAL), *_STRIDED_BACKWARD, *_AVG_SIZES,
+    ),
+    "adaptive_avg_pool2d_forward_strided": (
+        ("x", GLOBAL), ("out", GLOBAL), *_STRIDED_FORWARD, *_ADAPTIVE_SIZES,
+    ),
+    "adaptive_avg_pool2d_global_strided": (
+        ("x", GLOBAL), ("out", GLOBAL), *_STRIDED_FORWARD, *_ints("H", "W"), ("scratch", LOCAL),
+    ),
+    "adaptive_avg_pool2d_backward_strided": (
+        ("grad_out", GLOBAL), ("grad_x", GLOBAL), *_STRIDED_BACKWARD, *_ADAPTIVE_SIZES,
+    ),
+})  # fmt: skip
 SIGNATURES = _SIGNATURES
 
 _LIMITS = {INT: (np.int32, 2**31), LONG: (np.int64, 2**63)}

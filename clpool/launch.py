@@ -64,19 +64,31 @@ def _empty(plan: plans.Plan, spec: plans.Output, pool) -> cla.Array:
             _context=plan.context,
             _queue=plan.queue,
         )
-    return cla.empty(plan.queue, spec.shape, spec.dtype, allocator=pool)
+    return cla.Array(plan.queue, spec.shape, spec.dtype, strides=spec.strides, allocator=pool)
 
 
 def _upload(queue, value: object, pool) -> cla.Array:
-    """A numpy input on the device (a blocking copy: no event to wait on)."""
+    """A numpy input on the device (a blocking copy: no event to wait on); a channels-last
+    one channels-last (plans.uploads_nhwc), as its own bytes where it is dense."""
     try:
-        a = np.ascontiguousarray(plans.host_array(value))
+        a = plans.host_array(value)
+        if plans.uploads_nhwc(a):
+            nhwc = np.ascontiguousarray(a.transpose(0, 2, 3, 1))
+            return cla.to_device(queue, nhwc, allocator=pool).transpose((0, 3, 1, 2))
+        a = np.ascontiguousarray(a)
     except MemoryError:
         nbytes = np.asarray(value).nbytes
         raise Problem(
             PoolArgumentError, f"the input ({nbytes} bytes) does not fit in host memory"
         ) from None
     return cla.to_device(queue, a, allocator=pool)
+
+
+def _get(a: cla.Array) -> np.ndarray:
+    """Output `a` on the host, with its strides (a channels-last one as its own bytes)."""
+    if a.flags.c_contiguous:
+        return a.get()
+    return a.transpose((0, 2, 3, 1)).get().transpose(0, 3, 1, 2)
 
 
 def run(plan: plans.Plan, arrays: tuple, out: list[cla.Array] | None = None) -> list:
@@ -93,6 +105,7 @@ def run(plan: plans.Plan, arrays: tuple, out: list[cla.Array] | None = None) -> 
             a = _upload(queue, a, pool)
         if copy is None:
             slots[slot] = a.base_data
+            slots[f"{slot}_offset"] = np.int64(a.offset // a.dtype.itemsize)
             waits.extend(a.events)
             continue
         dense = cla.empty(queue, a.shape, a.dtype, allocator=pool)
@@ -116,4 +129,4 @@ def run(plan: plans.Plan, arrays: tuple, out: list[cla.Array] | None = None) -> 
     if event is not None:
         for a in outputs:
             a.add_event(event)
-    return [a.get() for a in outputs] if plan.host and out is None else outputs
+    return [_get(a) for a in outputs] if plan.host and out is None else outputs

@@ -27,7 +27,7 @@ def _signature(a: object) -> tuple:
         queue = a.queue.int_ptr if a.queue is not None else None
         return (a.shape, a.strides, a.dtype, a.offset == 0, queue)
     if isinstance(a, np.ndarray):
-        return (a.shape, a.dtype, None)  # not .str: bfloat16's is <V2
+        return (a.shape, a.dtype, plans.uploads_nhwc(a), None)  # not .str: bfloat16's is <V2
     raise TypeError  # anything else is planned afresh at each call
 
 
@@ -144,17 +144,19 @@ def _plan_max_forward(
         planes=n * c,
     )
     out_shape = _unbatched((n, c, win.oh, win.ow), x.ndim)
-    p.output("out", out_shape)
+    p.output("out", out_shape, like=0)
     if with_indices:
-        p.output("indices", out_shape, np.dtype(f"int{p.index_bits}"))
+        p.output("indices", out_shape, np.dtype(f"int{p.index_bits}"), like=0)
     else:
         p.options += ("-DCLPOOL_NO_INDICES",)
-    if n * c:
+    slots = None if with_indices else {"indices": "out"}  # a placeholder, untouched
+    if n * c and p.strided:
+        p.step_strided(
+            "max_pool2d_forward_strided", {"x": 0}, slots, lanes=4, **_max_sizes(win, h, w)
+        )
+    elif n * c:
         p.step_by_plane(
-            "max_pool2d_forward",
-            (win.ow, win.oh, n * c),
-            slots=None if with_indices else {"indices": "out"},  # a placeholder, untouched
-            **_max_sizes(win, h, w),
+            "max_pool2d_forward", (win.ow, win.oh, n * c), slots, **_max_sizes(win, h, w)
         )
     return p.plan("x")
 
@@ -240,8 +242,11 @@ def _plan_max_backward(
     p.index_bits = _given_index_bits(indices)
     _check_index_range(p.index_bits, h * w)
     p.specialize("max_pool2d_backward", (h * w, win.oh * win.ow), win, planes=n * c)
-    p.output("grad_x", x.shape)
-    if n * c:
+    p.output("grad_x", x.shape, like=1)
+    views = {"grad_out": 0, "indices": 2}
+    if n * c and p.strided:
+        p.step_strided("max_pool2d_backward_strided", views, lanes=4, **_max_sizes(win, h, w))
+    elif n * c:
         p.step_by_plane("max_pool2d_backward", (w, h, n * c), **_max_sizes(win, h, w))
     return p.plan("grad_out", None, "indices")
 
@@ -289,11 +294,12 @@ def _plan_avg_forward(
         h, w, kernel_size, stride, padding, ceil_mode, include_pad, override
     )
     p.specialize("avg_pool2d_forward", (h * w, win.oh * win.ow), win, w, planes=n * c)
-    p.output("out", _unbatched((n, c, win.oh, win.ow), x.ndim))
-    if n * c:
-        p.step_by_plane(
-            "avg_pool2d_forward", (win.ow, win.oh, n * c), **_avg_sizes(win, h, w, include_pad, div)
-        )
+    p.output("out", _unbatched((n, c, win.oh, win.ow), x.ndim), like=0)
+    sizes = _avg_sizes(win, h, w, include_pad, div)
+    if n * c and p.strided:
+        p.step_strided("avg_pool2d_forward_strided", {"x": 0}, lanes=4, **sizes)
+    elif n * c:
+        p.step_by_plane("avg_pool2d_forward", (win.ow, win.oh, n * c), **sizes)
     return p.plan("x")
 
 
@@ -326,11 +332,12 @@ def _plan_avg_backward(
     )
     shapes.expect_shape("grad_output", grad.shape, x.shape[:-2] + (win.oh, win.ow))
     p.specialize("avg_pool2d_backward", (h * w, win.oh * win.ow), win, planes=n * c)
-    p.output("grad_x", x.shape)
-    if n * c:
-        p.step_by_plane(
-            "avg_pool2d_backward", (w, h, n * c), **_avg_sizes(win, h, w, include_pad, div)
-        )
+    p.output("grad_x", x.shape, like=1)
+    sizes = _avg_sizes(win, h, w, include_pad, div)
+    if n * c and p.strided:
+        p.step_strided("avg_pool2d_backward_strided", {"grad_out": 0}, lanes=4, **sizes)
+    elif n * c:
+        p.step_by_plane("avg_pool2d_backward", (w, h, n * c), **sizes)
     return p.plan("grad_out", None)
 
 
@@ -391,12 +398,27 @@ def _plan_adaptive_forward(where: Where, arrays: tuple, output_size, device, que
     p.specialize(
         "adaptive_avg_pool2d_forward", (h * w, oh * ow), cells, constants=_fixed_cells(p, cells)
     )
-    p.output("out", _unbatched((n, c, oh, ow), x.ndim))
+    p.output("out", _unbatched((n, c, oh, ow), x.ndim), like=0)
     acc = np.dtype(np.float64 if p.dtype == np.float64 else np.float32)
     sizes = dict(H=h, W=w, OH=oh, OW=ow)
     if not n * c * oh * ow:
         return p.plan("x")
-    if whole and not p.gpu:
+    if p.strided and whole and p.gpu:
+        # Work-groups of up to 32 channels by slices of rows, as many as fit the device.
+        group = p.group_size("adaptive_avg_pool2d_global_strided", 256)
+        across = min(32, plans.pow2_at_least(c), group)
+        slices = min(group // across, 1 << (h.bit_length() - 1))
+        p.step_strided(
+            "adaptive_avg_pool2d_global_strided",
+            {"x": 0},
+            group=(across, slices),
+            H=h,
+            W=w,
+            scratch=across * slices * acc.itemsize,
+        )
+    elif p.strided:
+        p.step_strided("adaptive_avg_pool2d_forward_strided", {"x": 0}, lanes=4, **sizes)
+    elif whole and not p.gpu:
         # A CPU sums a plane fastest in one work-item.
         p.step("adaptive_avg_pool2d_plane", (n * c,), local=(1,), HW=h * w)
     elif whole:
@@ -437,11 +459,22 @@ def _plan_adaptive_backward(where: Where, arrays: tuple, device, queue) -> plans
     grad, x = p.arrays
     shapes.expect_shape("grad_output", grad.shape[:-2], x.shape[:-2])
     oh, ow = grad.shape[-2:]
-    p.output("grad_x", x.shape)
+    p.output("grad_x", x.shape, like=1)
     win = _equal_cells(h, w, oh, ow)
     if not n * c:
         return p.plan("grad_out", None)
-    if win is not None:
+    if p.strided:
+        p.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow))
+        p.step_strided(
+            "adaptive_avg_pool2d_backward_strided",
+            {"grad_out": 0},
+            lanes=4,
+            H=h,
+            W=w,
+            OH=oh,
+            OW=ow,
+        )
+    elif win is not None:
         # Equal cells that tile the plane: the average pooling backward of that window.
         p.family = "avg"
         p.specialize(

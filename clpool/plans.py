@@ -18,7 +18,7 @@ from .capabilities import has_fp16, has_fp64
 from .discovery import Runtime, choose, require, runtime
 from .errors import PoolArgumentError, Problem, UnsupportedDtypeError, Where
 from .lru import LRU
-from .shapes import Window
+from .shapes import Window, c_contiguous, channels_last
 
 SOURCES = {"max": "max_pool.cl", "avg": "avg_pool.cl", "adaptive": "adaptive_pool.cl"}
 SOURCES["unpool"] = "unpool.cl"
@@ -44,7 +44,7 @@ ROW_GROUP = 64
 @dataclass(frozen=True)
 class Output:
     """An array a call allocates and returns: the slot it fills, its shape, dtype and
-    (C-contiguous) strides."""
+    strides (C-contiguous, or channels-last where the input it follows is)."""
 
     slot: str
     shape: tuple[int, ...]
@@ -109,6 +109,31 @@ def host_array(value: object) -> np.ndarray:
     return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
+def uploads_nhwc(a: np.ndarray) -> bool:
+    """True when host input `a` goes to the device channels-last (dense NHWC memory: its
+    own bytes where it is so already): where shapes.channels_last says it is laid out so;
+    any other layout goes C-contiguous."""
+    return channels_last(a.shape, tuple(s // a.itemsize for s in a.strides))
+
+
+def element_strides(a: np.ndarray | cla.Array) -> tuple[int, ...]:
+    """The strides, in elements, that input `a` has on the device."""
+    if isinstance(a, np.ndarray):
+        return dense_strides(a.shape, uploads_nhwc(a))
+    return tuple(s // a.dtype.itemsize for s in a.strides)
+
+
+def dense_strides(shape: tuple[int, ...], last: bool = False) -> tuple[int, ...]:
+    """The element strides of `shape` laid out C-contiguous, or channels-last (`last`)."""
+    order = (0, 2, 3, 1) if last else tuple(range(len(shape)))
+    strides = [0] * len(shape)
+    step = 1
+    for axis in reversed(order):
+        strides[axis] = step
+        step *= max(1, shape[axis])
+    return tuple(strides)
+
+
 def _resolve(
     where: Where, spec: object, arrays: tuple, queue: cl.CommandQueue | None = None
 ) -> tuple[Runtime, bool]:
@@ -154,6 +179,14 @@ class Planner:
         for a in self.arrays:
             if not (isinstance(a, cla.Array) and a.flags.c_contiguous and a.offset == 0):
                 self._fits("an input", a.shape, a.dtype)
+        # An input not C-contiguous from offset 0 can run the _strided kernels, which read
+        # their inputs as they are (no copies then).
+        self.as_is = False
+        self.strides = [element_strides(a) for a in self.arrays]
+        self.strided = any(
+            not c_contiguous(a.shape, s) or getattr(a, "offset", 0)
+            for a, s in zip(self.arrays, self.strides, strict=True)
+        )
         problem = dtype_problem(self.dtype, self.rt.device)
         if problem:
             raise Problem(UnsupportedDtypeError, problem)
@@ -239,15 +272,22 @@ class Planner:
         )
         return 1 << (max(1, min(want, self.policy.group, fits)).bit_length() - 1)
 
-    def output(self, slot: str, shape: tuple[int, ...], dtype: np.dtype | None = None) -> None:
-        """An output the call allocates and returns, filling `slot`; one larger than the
-        device can allocate is refused."""
+    def output(
+        self,
+        slot: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype | None = None,
+        like: int | None = None,
+    ) -> None:
+        """An output the call allocates and returns, filling `slot`: C-contiguous, or in
+        the memory format of input `like` where given (channels-last where that is, as
+        PyTorch's suggest_memory_format: for the _strided kernels, see step_strided); one
+        larger than the device can allocate is refused."""
         dtype = np.dtype(dtype or self.dtype)
         self._fits("the output", shape, dtype)
-        strides = [dtype.itemsize]
-        for side in shape[:0:-1]:
-            strides.append(strides[-1] * max(1, side))
-        self.outputs.append(Output(slot, tuple(shape), dtype, tuple(strides[::-1])))
+        last = like is not None and channels_last(self.arrays[like].shape, self.strides[like])
+        strides = tuple(s * dtype.itemsize for s in dense_strides(shape, last))
+        self.outputs.append(Output(slot, tuple(shape), dtype, strides))
 
     def _fits(self, what: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
         """Refuse a buffer larger than the device can allocate."""
@@ -289,10 +329,56 @@ class Planner:
         else:
             self.step(name, sizes, slots=slots, **scalars)
 
+    def step_strided(
+        self,
+        name: str,
+        views: dict[str, int],
+        slots: dict[str, str] | None = None,
+        lanes: int = 1,
+        group: tuple[int, int] | None = None,
+        **scalars: object,
+    ) -> None:
+        """Launch _strided kernel `name` over the elements of the call's first output,
+        reading input i through its strides as view `v` for each `v: i` of `views` (its
+        offset bound at each call from slot `v_offset`); channels innermost where that
+        output is channels-last, `lanes` of them per work-item where the kernel takes that
+        many (its channels_inner), they are contiguous in every view and divide C; or, with
+        `group` (channels, slices), work-groups of that many channels of one image by that
+        many slices."""
+        out = self.outputs[0]
+        n, c, h, w = (1,) * (4 - len(out.shape)) + out.shape
+        strides = (0,) * (4 - len(out.shape)) + tuple(s // out.dtype.itemsize for s in out.strides)
+        inner = len(out.shape) == 4 and channels_last(out.shape, strides)
+        for view, i in views.items():
+            a = self.arrays[i]
+            scalars.update(zip(
+                (f"{view}_sn", f"{view}_sc", f"{view}_sh", f"{view}_sw"),
+                (0,) * (4 - a.ndim) + self.strides[i],
+                strict=True,
+            ))  # fmt: skip
+        scalars.update(zip((f"{out.slot}_sn", f"{out.slot}_sc", f"{out.slot}_sh",
+                            f"{out.slot}_sw"), strides, strict=True))  # fmt: skip
+        channel_strides = {self.strides[i][-3] for i in views.values()} | {strides[1]}
+        per_item = lanes if channel_strides == {1} and c % lanes == 0 else 1
+        geometry = (c // per_item, w, n * h) if inner else (w, h, n * c)
+        sizes, local = ndrange(self.rt.device, *geometry)
+        if group is not None:
+            per_item = 1
+            sizes, local = (-(-c // group[0]) * group[0], group[1], n), (*group, 1)
+        self.as_is = True
+        kernel = self.kernel(name, own=True)
+        channels_inner = per_item if inner else 0
+        launch = kernels.bind(
+            kernel, sizes, local, slots, C=c, channels_inner=channels_inner, **scalars
+        )
+        self.steps.append(launch)
+
     def _copy(self, i: int, slot: str) -> kernels.Launch | None:
         """The copy of input `i` into a contiguous buffer, or None when it is one."""
         a = self.arrays[i]
-        if not isinstance(a, cla.Array) or a.size == 0 or a.flags.c_contiguous and a.offset == 0:
+        if self.as_is or not isinstance(a, cla.Array) or a.size == 0:
+            return None  # the _strided kernels read their inputs as they are
+        if a.flags.c_contiguous and a.offset == 0:
             return None
         n, c, d, h, w = (1,) * (5 - a.ndim) + a.shape
         strides = (0,) * (5 - a.ndim) + tuple(s // a.dtype.itemsize for s in a.strides)

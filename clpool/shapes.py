@@ -261,3 +261,29 @@ def expect_shape(name: str, got: tuple[int, ...], want: tuple[int, ...]) -> None
     """Check that a gradient or an index tensor has the forward output's shape."""
     if tuple(got) != tuple(want):
         raise _bad(f"{name} must have shape {tuple(want)}, got {tuple(got)}")
+
+
+def c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """True when element `strides` lay `shape` out C-contiguous (axes of one element
+    aside)."""
+    expected = 1
+    for side, stride in zip(reversed(shape), reversed(strides), strict=True):
+        if side != 1 and stride != expected:
+            return False
+        expected *= side
+    return True
+
+
+def channels_last(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """True when a 4-D array of `shape` and element `strides` is laid out channels-last
+    (PyTorch's is_channels_last_strides_2d, which suggest_memory_format follows, so a
+    channels range sliced off an NHWC tensor counts) and is not also C-contiguous (as
+    torch's is_contiguous(memory_format=torch.channels_last) and not is_contiguous())."""
+    if len(shape) != 4 or strides[1] == 0 or c_contiguous(shape, strides):
+        return False
+    least = 0
+    for d in (1, 3, 2, 0):
+        if shape[d] == 0 or strides[d] < least or (d == 0 and least == strides[1]):
+            return False
+        least = strides[d] * (shape[d] if shape[d] > 1 else 1)
+    return True

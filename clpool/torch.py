@@ -21,7 +21,6 @@ from clpool import adopt as _adopt
 from clpool import ops as _ops
 from clpool import pool3d as _pool3d
 from clpool import unpool as _unpool
-from clpool.bfloat16 import is_bfloat16
 from clpool.errors import reporting
 
 __all__ = [
@@ -53,29 +52,18 @@ _size_opt_t = int | None | tuple[int | None, ...]
 
 
 def _host(t: torch.Tensor, label: str) -> np.ndarray:
-    """`t` as a C-contiguous host numpy array (a copy where it must be; bfloat16 as
-    ml_dtypes.bfloat16, extra "bfloat16"); a dtype numpy lacks is an UnsupportedDtypeError."""
+    """`t` as a host numpy array: a view of a channels-last tensor, else C-contiguous (a
+    copy where it must be; bfloat16 as ml_dtypes.bfloat16, extra "bfloat16"); a dtype numpy
+    lacks is an UnsupportedDtypeError."""
     with reporting(label) as where:
         where.dtype = str(t.dtype).removeprefix("torch.")
         return _adopt._from_tensor(t.cpu())
 
 
-def _channels_last(t: torch.Tensor) -> bool:
-    """True when `t` is laid out channels-last (NHWC) and not also plain contiguous."""
-    return (
-        t.dim() == 4
-        and t.is_contiguous(memory_format=torch.channels_last)
-        and not t.is_contiguous()
-    )
-
-
 def _tensor(a: np.ndarray, like: torch.Tensor) -> torch.Tensor:
-    """Host result `a` as a tensor on `like`'s torch device, in `like`'s memory format."""
-    bf16 = is_bfloat16(a.dtype)
-    t = _adopt.bfloat16_tensor(a) if bf16 else torch.from_numpy(np.ascontiguousarray(a))
-    if _channels_last(like):
-        t = t.contiguous(memory_format=torch.channels_last)
-    return t.to(like.device)
+    """Host result `a` as a tensor on `like`'s torch device, with `a`'s strides (clpool
+    gives a channels-last input's results channels-last)."""
+    return _adopt.tensors([a], like)[0]
 
 
 def _tracked(input: torch.Tensor) -> bool:

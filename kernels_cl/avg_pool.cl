@@ -194,3 +194,51 @@ __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out
         }
     }
 }
+
+/* avg_pool2d_forward for an input of any strides, the result written through out's
+ * strides: one output per work-item (4 channels with channels_inner == 4, see
+ * load_lanes), summing its window in row-major order. */
+__kernel void avg_pool2d_forward_strided(__global const elem_t *restrict x,
+                                         __global elem_t *restrict out,
+                                         STRIDED_FORWARD_SIZES, AVG_POOL_SIZES)
+{
+    int dh = 1, dw = 1;
+    FIX_WINDOW();
+    item_t o;
+    if (!strided_item(&o, C, OH, OW, channels_inner))
+        return;
+    __global const elem_t *xp = x + AT(x, o.n, o.c, 0, 0);
+    int hs = o.h * sh - ph, ws = o.w * sw - pw;
+    int lanes = channels_inner == 4 ? 4 : 1;
+    acc4_t sum = 0;
+    for (int h = max(hs, 0); h < min(hs + kh, H); ++h)
+        for (int w = max(ws, 0); w < min(ws + kw, W); ++w)
+            sum += load_lanes(xp, (long)h * x_sh + (long)w * x_sw, lanes);
+    pos_t div = avg_divisor(hs, ws, kh, kw, H, W, ph, pw, count_include_pad, divisor_override);
+    store_lanes(out, AT_OUT(out, o.n, o.c, o.h, o.w), sum / (acc_t)div, lanes);
+}
+
+/* avg_pool2d_backward for a grad_out of any strides, grad_x written through its own: one
+ * input element per work-item (4 channels with channels_inner == 4) adds each window's
+ * share in output order, as PyTorch's CPU kernel does. */
+__kernel void avg_pool2d_backward_strided(__global const elem_t *restrict grad_out,
+                                          __global elem_t *restrict grad_x,
+                                          STRIDED_BACKWARD_SIZES, AVG_POOL_SIZES)
+{
+    int dh = 1, dw = 1;
+    FIX_WINDOW();
+    item_t e;
+    if (!strided_item(&e, C, H, W, channels_inner))
+        return;
+    window_range rows = windows_reaching(e.h, 1, H, sh, ph, kh, OH);
+    window_range cols = windows_reaching(e.w, 1, W, sw, pw, kw, OW);
+    int lanes = channels_inner == 4 ? 4 : 1;
+    acc4_t g = 0;
+    for (int oh = rows.first; oh < rows.end; ++oh)
+        for (int ow = cols.first; ow < cols.end; ++ow) {
+            pos_t div = avg_divisor(oh * sh - ph, ow * sw - pw, kh, kw, H, W, ph, pw,
+                                    count_include_pad, divisor_override);
+            g += load_lanes(grad_out, AT(grad_out, e.n, e.c, oh, ow), lanes) / (acc_t)div;
+        }
+    store_lanes(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g, lanes);
+}

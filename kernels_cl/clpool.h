@@ -421,3 +421,67 @@ __kernel void name(__global const T *in, __global T *out, long offset,          
 }
 CONTIGUOUS_KERNEL(clpool_contiguous, elem_t, COPY_LOAD, COPY_STORE)
 CONTIGUOUS_KERNEL(clpool_contiguous_index, index_t, IDENTITY_LOAD, IDENTITY_STORE)
+
+/* The _strided kernels: any input strides, and the result written through its own strides
+ * (channels-last where the input is), one result element per work-item. Element
+ * (n, c, h, w) of an input view v lies at v_offset + n * v_sn + c * v_sc + h * v_sh +
+ * w * v_sw of its buffer (AT), of a result view r at the same without the offset (AT_OUT),
+ * in elements. C is the channels; channels_inner is 0 for a result laid out otherwise, else
+ * the channels-last result's channels per work-item: 1, or 4 where the kernel takes 4
+ * channels contiguous in every view (the host's choice, for C a multiple of 4). */
+#define STRIDED_FORWARD_SIZES                                                       \
+    long x_offset, long x_sn, long x_sc, long x_sh, long x_sw,                      \
+    long out_sn, long out_sc, long out_sh, long out_sw, int C, int channels_inner
+#define STRIDED_BACKWARD_SIZES                                                      \
+    long grad_out_offset, long grad_out_sn, long grad_out_sc, long grad_out_sh,     \
+    long grad_out_sw, long grad_x_sn, long grad_x_sc, long grad_x_sh, long grad_x_sw, \
+    int C, int channels_inner
+#define AT_OUT(v, n, c, h, w)                                                       \
+    ((n) * v##_sn + (long)(c) * v##_sc + (long)(h) * v##_sh + (long)(w) * v##_sw)
+#define AT(v, n, c, h, w) (v##_offset + AT_OUT(v, n, c, h, w))
+
+/* The element (n, c, h, w) of an (N, C, H, W) result that this work-item of a _strided
+ * kernel computes (the first of channels c .. c + channels_inner - 1, where a kernel takes
+ * several). With channels_inner, dimension 0 walks C (by channels_inner), 1 W and 2
+ * N * H, so that neighbouring work-items take neighbouring channels of one pixel
+ * (contiguous in a channels-last tensor: coalesced loads and stores); with 0, dimension 0
+ * walks W, 1 H and 2 N * C. False past the result. */
+typedef struct {
+    long n;
+    int c, h, w;
+} item_t;
+
+inline int strided_item(item_t *it, int C, int H, int W, int channels_inner)
+{
+    long z = get_global_id(2);
+    if (channels_inner) {
+        it->c = get_global_id(0) * channels_inner;
+        it->w = get_global_id(1);
+        it->n = z / H;
+        it->h = z % H;
+    } else {
+        it->w = get_global_id(0);
+        it->h = get_global_id(1);
+        it->n = z / C;
+        it->c = z % C;
+    }
+    return it->c < C && it->h < H && it->w < W;
+}
+
+/* Elements i .. i + n - 1 of p (n is 1, or 4 where a _strided kernel takes 4 channels
+ * contiguous in every view) as the first n lanes of a vector, the others 0; and their
+ * store. Lane x alone gives the same sums as a scalar would. */
+inline acc4_t load_lanes(__global const elem_t *p, long i, int n)
+{
+    return n == 4 ? LOAD4(p, i) : (acc4_t)(LOAD(p, i), 0, 0, 0);
+}
+
+inline void store_lanes(__global elem_t *p, long i, acc4_t v, int n)
+{
+    STORE(p, i, v.x);
+    if (n == 4) {
+        STORE(p, i + 1, v.y);
+        STORE(p, i + 2, v.z);
+        STORE(p, i + 3, v.w);
+    }
+}

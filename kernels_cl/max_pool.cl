@@ -250,3 +250,127 @@ __kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out
     }
     clear_rows(xp, W, cleared, H);
 }
+
+#if CLPOOL_DTYPE == 64
+typedef long4 mask4_t; /* what isgreater() of two acc4_t gives */
+#else
+typedef int4 mask4_t;
+#endif
+
+/* The max of one window starting at (hs, ws) over 4 channels contiguous in x, out and
+ * indices (channels-last), from xp and at `at`: FOLD_MAX in 4 lanes, as vectors. Every
+ * lane's index starts at the window's first tap inside the plane, which FOLD_MAX's first
+ * tap sets (a -inf there is no greater than the -inf before it). */
+inline void max_window4(__global const elem_t *xp, __global elem_t *out,
+                        __global index_t *indices, long at, int H, int W, int hs, int ws,
+                        int kh, int kw, int dh, int dw, long x_sh, long x_sw)
+{
+    acc4_t best = -INFINITY;
+    int2 ti = taps_within(hs, kh, dh, H), tj = taps_within(ws, kw, dw, W);
+    pos_t first = ti.x < ti.y && tj.x < tj.y ? (pos_t)(hs + ti.x * dh) * W + ws + tj.x * dw : -1;
+    pos_t i0 = first, i1 = first, i2 = first, i3 = first;
+    for (int i = ti.x; i < ti.y; ++i) {
+        int h = hs + i * dh;
+        for (int j = tj.x; j < tj.y; ++j) {
+            int w = ws + j * dw;
+            acc4_t v = LOAD4(xp, (long)h * x_sh + (long)w * x_sw);
+            mask4_t m = isgreater(v, best) | isnan(v);
+            best = select(best, v, m);
+            pos_t a = (pos_t)h * W + w;
+            i0 = m.x ? a : i0;
+            i1 = m.y ? a : i1;
+            i2 = m.z ? a : i2;
+            i3 = m.w ? a : i3;
+        }
+    }
+    STORE(out, at, best.x);
+    STORE(out, at + 1, best.y);
+    STORE(out, at + 2, best.z);
+    STORE(out, at + 3, best.w);
+#ifndef CLPOOL_NO_INDICES
+    indices[at] = (index_t)i0;
+    indices[at + 1] = (index_t)i1;
+    indices[at + 2] = (index_t)i2;
+    indices[at + 3] = (index_t)i3;
+#endif
+}
+
+/* max_pool2d_forward for an input of any strides, the results written through out's
+ * strides (indices has the same): one output per work-item, its taps in row-major window
+ * order inside the plane; indices stay flat in the (H, W) plane, h * W + w. With
+ * channels_inner == 4 (channels contiguous in x and the results, C a multiple of 4) a
+ * work-item takes 4 channels of an output pixel in vectors (max_window4): a CPU compiler
+ * does not vectorize the scalar fold across work-items (PoCL: [8,64,56,56] k3 s2 20 ms
+ * scalar). */
+__kernel void max_pool2d_forward_strided(__global const elem_t *restrict x,
+                                         __global elem_t *restrict out,
+                                         __global index_t *restrict indices,
+                                         STRIDED_FORWARD_SIZES, MAX_POOL_SIZES)
+{
+    FIX_WINDOW();
+    item_t o;
+    if (!strided_item(&o, C, OH, OW, channels_inner))
+        return;
+    __global const elem_t *xp = x + AT(x, o.n, o.c, 0, 0);
+    int hs = o.h * sh - ph, ws = o.w * sw - pw;
+    if (channels_inner == 4) {
+        max_window4(xp, out, indices, AT_OUT(out, o.n, o.c, o.h, o.w), H, W, hs, ws, kh, kw,
+                    dh, dw, x_sh, x_sw);
+        return;
+    }
+    acc_t best = -INFINITY;
+    pos_t best_i = -1;
+    int2 ti = taps_within(hs, kh, dh, H), tj = taps_within(ws, kw, dw, W);
+    for (int i = ti.x; i < ti.y; ++i) {
+        int h = hs + i * dh;
+        for (int j = tj.x; j < tj.y; ++j) {
+            int w = ws + j * dw;
+            acc_t v = LOAD(xp, (long)h * x_sh + (long)w * x_sw);
+            FOLD_MAX(best, best_i, v, (pos_t)h * W + w)
+        }
+    }
+    long at = AT_OUT(out, o.n, o.c, o.h, o.w);
+    STORE(out, at, best);
+#ifndef CLPOOL_NO_INDICES
+    indices[at] = (index_t)best_i;
+#endif
+}
+
+/* The strides of the indices a strided backward reads, as an input view. */
+#define INDICES_VIEW_SIZES                                                          \
+    long indices_offset, long indices_sn, long indices_sc, long indices_sh, long indices_sw
+
+/* max_pool2d_backward for grad_out and indices of any strides, grad_x written through its
+ * own: one input element per work-item (4 channels with channels_inner == 4, see
+ * load_lanes) gathers, in output order, the gradients of the windows whose index names it
+ * (an index outside its window or the plane matches nothing), as the kernels above. */
+__kernel void max_pool2d_backward_strided(__global const elem_t *restrict grad_out,
+                                          __global const index_t *restrict indices,
+                                          __global elem_t *restrict grad_x,
+                                          STRIDED_BACKWARD_SIZES, INDICES_VIEW_SIZES,
+                                          MAX_POOL_SIZES)
+{
+    FIX_WINDOW();
+    item_t e;
+    if (!strided_item(&e, C, H, W, channels_inner))
+        return;
+    int span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
+    window_range rows = windows_reaching(e.h, 1, H, sh, ph, span_h, OH);
+    window_range cols = windows_reaching(e.w, 1, W, sw, pw, span_w, OW);
+    pos_t self = (pos_t)e.h * W + e.w;
+    int lanes = channels_inner == 4 ? 4 : 1;
+    acc4_t g = 0;
+    for (int oh = rows.first; oh < rows.end; ++oh)
+        for (int ow = cols.first; ow < cols.end; ++ow) {
+            acc4_t v = load_lanes(grad_out, AT(grad_out, e.n, e.c, oh, ow), lanes);
+            __global const index_t *at = indices + AT(indices, e.n, e.c, oh, ow);
+            int inside = INSIDE(e.w - (ow * sw - pw), span_w);
+            g.x += inside && at[0] == self ? v.x : (acc_t)0;
+            if (lanes == 4) {
+                g.y += inside && at[1] == self ? v.y : (acc_t)0;
+                g.z += inside && at[2] == self ? v.z : (acc_t)0;
+                g.w += inside && at[3] == self ? v.w : (acc_t)0;
+            }
+        }
+    store_lanes(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g, lanes);
+}

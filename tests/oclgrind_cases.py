@@ -22,12 +22,14 @@ max_pool2d_backward (int32 and int64 indices, including indices outside the plan
 avg_pool2d_forward/backward, adaptive_avg_pool2d_forward/backward,
 adaptive_avg_pool2d_band (bands of 16 or more rows), adaptive_avg_pool2d_global (output
 1x1), the `_plane` kernels of max and average pooling and adaptive_avg_pool2d_plane (the
-CPU kernels: the max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAPTIVE) and
-clpool_contiguous (non-contiguous device arrays), adaptive_max_pool_forward (with and
-without indices, int32 and int64) and adaptive_max_pool_backward and its `_plane` twin
-(including indices outside the volume), max_unpool_clear/claim/scatter/gather
-(unpool_cases) and the 3-D kernels of pool3d.cl (WINDOWS_3D), in float32 and float64; and
-a few of them in bfloat16 (bfloat16_cases).
+CPU kernels: the max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAPTIVE), the
+`_strided` kernels (non-contiguous device arrays, and channels-last numpy arrays: the
+nhwc/ cases), clpool_contiguous (launched directly, and by the 3-D and adaptive max ops
+on strided 5-D arrays), adaptive_max_pool_forward (with and without indices, int32 and
+int64) and adaptive_max_pool_backward and its `_plane` twin (including indices outside the
+volume), max_unpool_clear/claim/scatter/gather (unpool_cases) and the 3-D kernels of
+pool3d.cl (WINDOWS_3D), in float32 and float64; and a few of them in bfloat16
+(bfloat16_cases).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import pyopencl._cl as _cl
 import pyopencl.array as cla
 
 import clpool
-from clpool import bfloat16, check, discovery, policy, verify
+from clpool import bfloat16, check, discovery, kernels, plans, policy, programs, verify
 from clpool import reference as ref
 
 Case = tuple[str, Callable[[np.dtype], list[tuple[str, object, object]]]]
@@ -228,8 +230,7 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 
 
 def strided_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
-    """Non-contiguous pyopencl arrays: the clpool_contiguous kernel of each program, and
-    clpool_contiguous_index for indices."""
+    """Non-contiguous pyopencl arrays (and indices): the _strided kernel of each op."""
     queue = discovery.runtime(discovery.select()).queue
     base = _data((2, 3, 6, 7), dtype, 600)
     on_device = cla.to_device(queue, base)
@@ -240,14 +241,14 @@ def strided_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     }
     for name, (view, host) in views.items():
         host = np.ascontiguousarray(host)
-        yield (f"contiguous/max_pool2d_with_indices/{name}",
+        yield (f"strided/max_pool2d_with_indices/{name}",
                lambda v=view: [a.get() for a in clpool.max_pool2d_with_indices(
                    v, 2, 1, 1, ceil_mode=True)],
                lambda h=host: ref.max_pool2d_with_indices(h, 2, 1, 1, ceil_mode=True))
-        yield (f"contiguous/avg_pool2d/{name}",
+        yield (f"strided/avg_pool2d/{name}",
                lambda v=view: clpool.avg_pool2d(v, 2, 1, 1).get(),
                lambda h=host: ref.avg_pool2d(h, 2, 1, 1))
-        yield (f"contiguous/adaptive_avg_pool2d/{name}",
+        yield (f"strided/adaptive_avg_pool2d/{name}",
                lambda v=view: clpool.adaptive_avg_pool2d(v, (2, 3)).get(),
                lambda h=host: ref.adaptive_avg_pool2d(h, (2, 3)))
         grad_host = _data(ref.adaptive_avg_pool2d(host, (2, 3)).shape, dtype, 601)
@@ -255,21 +256,107 @@ def strided_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
         wide = np.zeros(grad_host.shape[:-1] + (2 * grad_host.shape[-1],), dtype)
         wide[..., ::2] = grad_host
         grad_view = cla.to_device(queue, wide)[..., ::2]
-        yield (f"contiguous/adaptive_avg_pool2d_backward/{name}",
+        yield (f"strided/adaptive_avg_pool2d_backward/{name}",
                lambda g=grad_view, v=view: clpool.adaptive_avg_pool2d_backward(g, v).get(),
                lambda g=grad_host, h=host: ref.adaptive_avg_pool2d_backward(g, h))
-        # strided int32 and int64 indices: the clpool_contiguous_index kernel
+        # strided int32 and int64 indices
         _, idx = ref.max_pool2d_with_indices(host, 2, 1, 1, ceil_mode=True)
         mgrad = _data(idx.shape, dtype, 602)
         for index in (np.int32, np.int64):
             wide_idx = np.zeros(idx.shape[:-1] + (2 * idx.shape[-1],), index)
             wide_idx[..., ::2] = idx
             idx_view = cla.to_device(queue, wide_idx)[..., ::2]
-            yield (f"contiguous/max_pool2d_with_indices_backward/{name}/{index.__name__}",
+            yield (f"strided/max_pool2d_with_indices_backward/{name}/{index.__name__}",
                    lambda g=mgrad, v=view, i=idx_view: clpool.max_pool2d_with_indices_backward(
                        g, v, 2, 1, 1, indices=i, ceil_mode=True),
                    lambda g=mgrad, h=host, i=idx: ref.max_pool2d_with_indices_backward(
                        g, h, i, 2, 1, 1, ceil_mode=True))
+
+
+def _nhwc(a: np.ndarray) -> np.ndarray:
+    """`a` laid out channels-last (NHWC memory), which clpool uploads as it is."""
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+def nhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    """Channels-last numpy inputs, tiny: each _strided kernel, its work-items walking the
+    channels of a pixel (max pooling also 4 channels at a time); the backward ops with
+    channels-last grad_output and indices (int32 and int64) too."""
+    x = _nhwc(_data((2, 3, 4, 5), dtype, 700, ties=True))
+    win = (2, 1, 1, 1, True)  # kernel_size, stride, padding, dilation, ceil_mode
+    yield ("nhwc/max_pool2d_with_indices/k2",
+           lambda: clpool.max_pool2d_with_indices(x, *win),
+           lambda: ref.max_pool2d_with_indices(x, *win))
+    x4 = _nhwc(_data((1, 8, 4, 5), dtype, 705, ties=True))  # 4 channels per work-item
+    yield ("nhwc/max_pool2d_with_indices/lanes4",
+           lambda: clpool.max_pool2d_with_indices(x4, 3, 2, 1, 1, True),
+           lambda: ref.max_pool2d_with_indices(x4, 3, 2, 1, 1, True))
+    yield ("nhwc/avg_pool2d/lanes4", lambda: clpool.avg_pool2d(x4, 3, 2, 1, True, False),
+           lambda: ref.avg_pool2d(x4, 3, 2, 1, True, False))
+    _, idx4 = ref.max_pool2d_with_indices(x4, 3, 2, 1, 1, True)
+    g4 = _nhwc(_data(idx4.shape, dtype, 706))
+    yield ("nhwc/max_pool2d_with_indices_backward/lanes4",
+           lambda: clpool.max_pool2d_with_indices_backward(g4, x4, 3, 2, 1, 1, True,
+                                                           _nhwc(idx4)),
+           lambda: ref.max_pool2d_with_indices_backward(g4, x4, idx4, 3, 2, 1, 1, True))
+    yield ("nhwc/avg_pool2d_backward/lanes4",
+           lambda: clpool.avg_pool2d_backward(g4, x4, 3, 2, 1, True, False),
+           lambda: ref.avg_pool2d_backward(g4, x4, 3, 2, 1, True, False))
+    yield ("nhwc/adaptive_avg_pool2d/lanes4", lambda: clpool.adaptive_avg_pool2d(x4, (3, 2)),
+           lambda: ref.adaptive_avg_pool2d(x4, (3, 2)))
+    yield ("nhwc/adaptive_avg_pool2d/global",
+           lambda: clpool.adaptive_avg_pool2d(x4, 1), lambda: ref.adaptive_avg_pool2d(x4, 1))
+    gd4 = _nhwc(_data((1, 8, 3, 2), dtype, 707))
+    yield ("nhwc/adaptive_avg_pool2d_backward/lanes4",
+           lambda: clpool.adaptive_avg_pool2d_backward(gd4, x4),
+           lambda: ref.adaptive_avg_pool2d_backward(gd4, x4))
+    yield ("nhwc/max_pool2d/dilated", lambda: clpool.max_pool2d(x, 2, 1, 1, 2),
+           lambda: ref.max_pool2d_with_indices(x, 2, 1, 1, 2)[0])
+    yield ("nhwc/avg_pool2d/ceil-exclude-pad",
+           lambda: clpool.avg_pool2d(x, 3, 2, 1, True, False),
+           lambda: ref.avg_pool2d(x, 3, 2, 1, True, False))
+    yield ("nhwc/adaptive_avg_pool2d/3x2", lambda: clpool.adaptive_avg_pool2d(x, (3, 2)),
+           lambda: ref.adaptive_avg_pool2d(x, (3, 2)))
+    _, idx = ref.max_pool2d_with_indices(x, *win)
+    g = _nhwc(_data(idx.shape, dtype, 701))
+    for index in (np.int32, np.int64):
+        i = _nhwc(idx.astype(index))
+        yield (f"nhwc/max_pool2d_with_indices_backward/{index.__name__}",
+               lambda i=i: clpool.max_pool2d_with_indices_backward(g, x, *win, indices=i),
+               lambda: ref.max_pool2d_with_indices_backward(g, x, idx, *win))
+    ga = _nhwc(_data(ref.avg_pool2d(x, 3, 2, 1, True, False).shape, dtype, 702))
+    yield ("nhwc/avg_pool2d_backward/ceil-exclude-pad",
+           lambda: clpool.avg_pool2d_backward(ga, x, 3, 2, 1, True, False),
+           lambda: ref.avg_pool2d_backward(ga, x, 3, 2, 1, True, False))
+    gd = _nhwc(_data((2, 3, 3, 2), dtype, 703))
+    yield ("nhwc/adaptive_avg_pool2d_backward/3x2",
+           lambda: clpool.adaptive_avg_pool2d_backward(gd, x),
+           lambda: ref.adaptive_avg_pool2d_backward(gd, x))
+
+
+def copy_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    """clpool_contiguous and clpool_contiguous_index, launched directly: the plans of ops
+    without _strided kernels copy a non-contiguous device input with them."""
+    queue = discovery.runtime(discovery.select()).queue
+    base = _data((2, 3, 5, 6), dtype, 704)
+    options = (f"-DCLPOOL_DTYPE={plans.DTYPE_BITS[dtype]}", "-DCLPOOL_INDEX=64")
+    for name, host in (("values", base), ("indices", (base * 10).astype(np.int64))):
+        view = host[:, 1:, ::2].transpose(0, 1, 3, 2)
+        source = cla.to_device(queue, host)
+        kernel = "clpool_contiguous" if name == "values" else "clpool_contiguous_index"
+
+        def run(kernel=kernel, source=source, view=view, host=host):
+            out = cla.empty(queue, view.shape, view.dtype)
+            n, c, h, w = view.shape
+            strides = [s // view.itemsize for s in view.strides]
+            k = programs.kernel(queue.context, "max_pool.cl", options, kernel, own=True)
+            offset = (view.ctypes.data - host.ctypes.data) // view.itemsize
+            launch = kernels.bind(k, (w, h, n * c), None, C=c, H=h, W=w, offset=offset,
+                                  **dict(zip(("sn", "sc", "sh", "sw"), strides, strict=True)))
+            launch.enqueue(queue, {"in": source.base_data, "out": out.base_data}, None).wait()
+            return out.get()
+
+        yield (f"copy/{kernel}", run, lambda view=view: np.ascontiguousarray(view))
 
 
 def _as_cpu(run: Callable[[], object]) -> Callable[[], object]:
@@ -372,7 +459,8 @@ def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None
         return None
     if got.dtype != dtype:
         return f"dtype {got.dtype}, want {dtype}"
-    if name.split("/")[name.startswith(("plane/", "contiguous/"))] in (
+    prefixed = name.startswith(("plane/", "strided/", "nhwc/", "copy/", "contiguous/"))
+    if name.split("/")[prefixed] in (
             "max_pool2d", "max_pool2d_with_indices", "adaptive_max_pool1d",
             "adaptive_max_pool2d", "adaptive_max_pool3d"):
         # max pooling is exact: the reference value rounded to the dtype
@@ -387,8 +475,8 @@ def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None
     return None
 
 
-FAMILIES = (max_cases, avg_cases, adaptive_cases, strided_cases, plane_cases,
-            adaptive_max_cases)
+FAMILIES = (max_cases, avg_cases, adaptive_cases, strided_cases, nhwc_cases, copy_cases,
+            plane_cases, adaptive_max_cases)
 
 # (name, shape, kernel_size, stride, padding, output_size): max unpooling, indices that
 # collide often (the later input wins)

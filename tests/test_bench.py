@@ -195,3 +195,15 @@ def test_the_default_sweep_has_adaptive_max_pooling_of_a_classifier_head():
                  if c.op.startswith("adaptive_max")]  # fmt: skip
         assert found == [(op, (n, 256, 14, 14), "out 7") for op in bench.ADAPTIVE_MAX]
     assert bench.ADAPTIVE_MAX == ("adaptive_max_pool2d", "adaptive_max_pool2d_backward")
+def test_bench_layout_option_times_channels_last_inputs(device, launched):
+    """--layout nhwc: clpool's inputs are channels-last (its _strided kernels run) and so are
+    PyTorch's; the rows say so."""
+    ops = ("max_pool2d_with_indices_backward", "adaptive_avg_pool2d")
+    args = [a for op in ops for a in ("--op", op)]
+    result = invoke("--shape", "1,3,8,8", *args, "--layout", "nhwc", "--json", *FAST)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["rows"]
+    assert {r["layout"] for r in rows} == {"nhwc"} and all("nhwc" in r["params"] for r in rows)
+    ran = {name for name, _ in launched}
+    assert {"max_pool2d_backward_strided", "adaptive_avg_pool2d_forward_strided"} <= ran
+    assert "clpool_contiguous" not in ran

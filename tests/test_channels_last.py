@@ -1,0 +1,350 @@
+"""Channels-last (NHWC) and other strided inputs of the 2-D ops: read through their strides
+by the _strided kernels (no copy kernel), the results in the input's memory format, as
+PyTorch CPU's (values, indices and strides)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+import pyopencl._cl as _cl
+import pyopencl.array as cla
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+from pool_cases import assert_close, data, same_bits  # noqa: E402
+
+import clpool  # noqa: E402
+import clpool.torch as ct  # noqa: E402
+from clpool import discovery, launch, plans, policy  # noqa: E402
+
+CL = torch.channels_last
+aten = torch.ops.aten
+
+# name -> (clpool forward, torch forward), the same arguments: ceil mode, dilation,
+# padding, count_include_pad, divisor_override, unequal adaptive cells, the global one.
+FORWARD = {
+    "max-ceil": (lambda a, **kw: clpool.max_pool2d_with_indices(a, 3, 2, 1, ceil_mode=True, **kw),
+                 lambda t: F.max_pool2d(t, 3, 2, 1, ceil_mode=True, return_indices=True)),
+    "max-dilated": (lambda a, **kw: clpool.max_pool2d_with_indices(a, (2, 3), (1, 2), 1, (2, 1),
+                                                                   **kw),
+                    lambda t: F.max_pool2d(t, (2, 3), (1, 2), 1, (2, 1), return_indices=True)),
+    "max-values": (lambda a, **kw: clpool.max_pool2d(a, 2, 1, 1, **kw),
+                   lambda t: F.max_pool2d(t, 2, 1, 1)),
+    "avg-exclude-pad": (lambda a, **kw: clpool.avg_pool2d(a, 3, 2, 1, True, False, **kw),
+                        lambda t: F.avg_pool2d(t, 3, 2, 1, True, False)),
+    "avg-include-pad": (lambda a, **kw: clpool.avg_pool2d(a, 3, 2, 1, True, **kw),
+                        lambda t: F.avg_pool2d(t, 3, 2, 1, True)),
+    "avg-divisor": (lambda a, **kw: clpool.avg_pool2d(a, 2, 1, divisor_override=3, **kw),
+                    lambda t: F.avg_pool2d(t, 2, 1, divisor_override=3)),
+    "adaptive": (lambda a, **kw: clpool.adaptive_avg_pool2d(a, (5, 4), **kw),
+                 lambda t: F.adaptive_avg_pool2d(t, (5, 4))),
+    "adaptive-global": (lambda a, **kw: clpool.adaptive_avg_pool2d(a, 1, **kw),
+                        lambda t: F.adaptive_avg_pool2d(t, 1)),
+}  # fmt: skip
+SHAPE = (2, 5, 7, 9)
+
+
+def _tensor(seed: int, shape=SHAPE, dtype=np.float32, special=True, ties=False) -> torch.Tensor:
+    """Random data (NaN and -inf with `special`; small integers, many ties, with `ties`)
+    as a channels-last tensor."""
+    rng = np.random.default_rng(seed)
+    x = data(rng, shape, dtype, special)
+    if ties:
+        x = np.where(np.isfinite(x), rng.integers(-2, 3, shape), x).astype(dtype)
+    return torch.from_numpy(x).contiguous(memory_format=CL)
+
+
+def _queue():
+    return discovery.runtime(discovery.select()).queue
+
+
+def _nhwc_array(t: torch.Tensor) -> cla.Array:
+    """Channels-last tensor `t` as a device Array with its strides (NHWC memory)."""
+    return cla.to_device(_queue(), t.permute(0, 2, 3, 1).numpy()).transpose((0, 3, 1, 2))
+
+
+def _as(kind: str, t: torch.Tensor):
+    """Tensor `t` as the input kind: a device Array, a numpy array or the tensor itself,
+    each with `t`'s strides."""
+    return {"array": _nhwc_array, "numpy": lambda t: t.numpy(), "tensor": lambda t: t}[kind](t)
+
+
+def _results(got) -> list:
+    return list(got) if isinstance(got, (tuple, list)) else [got]
+
+
+def _check(got, want, exact: bool) -> None:
+    """clpool's result `got` (any kind) equals torch's `want`: values (bit for bit where
+    `exact`, as max pooling and indices are), dtype and element strides."""
+    if isinstance(got, cla.Array):
+        strides = tuple(s // got.dtype.itemsize for s in got.strides)
+        got = launch._get(got)
+    elif isinstance(got, torch.Tensor):
+        strides, got = got.stride(), got.numpy()
+    else:
+        strides = tuple(s // got.dtype.itemsize for s in got.strides)
+    assert strides == want.stride(), (strides, want.stride())
+    want = want.numpy()
+    if exact:
+        assert same_bits(np.ascontiguousarray(got), np.ascontiguousarray(want))
+    else:
+        assert_close(got, want)
+
+
+@pytest.mark.parametrize("channels", [5, 8])  # 8: max pooling takes 4 channels per work-item
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("kind", ["array", "numpy", "tensor"])
+@pytest.mark.parametrize("case", FORWARD)
+def test_forward_channels_last_matches_torch(kind, case, ties, channels):
+    ours, theirs = FORWARD[case]
+    t = _tensor(7, (2, channels, 7, 9), ties=ties)
+    got, want = _results(ours(_as(kind, t))), _results(theirs(t))
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        _check(g, w, exact=case.startswith("max"))
+
+
+def _backward_cases(t: torch.Tensor, rng: np.random.Generator):
+    """(name, clpool backward of (grad, x, indices), ATen's backward, grad_output shape
+    donor): the three backward ops, in the forward's arguments."""
+    _, idx = F.max_pool2d(t, 3, 2, 1, ceil_mode=True, return_indices=True)
+    avg = F.avg_pool2d(t, 3, 2, 1, True, False)
+    ada = F.adaptive_avg_pool2d(t, (5, 4))
+    return [
+        ("max", idx.shape,
+         lambda g, x, i: clpool.max_pool2d_with_indices_backward(g, x, 3, 2, 1, 1, True, i),
+         lambda g, x, i: aten.max_pool2d_with_indices_backward(g, x, [3, 3], [2, 2], [1, 1],
+                                                                [1, 1], True, i), idx),
+        ("avg", avg.shape,
+         lambda g, x, i: clpool.avg_pool2d_backward(g, x, 3, 2, 1, True, False),
+         lambda g, x, i: aten.avg_pool2d_backward(g, x, [3, 3], [2, 2], [1, 1], True, False,
+                                                  None), None),
+        ("adaptive", ada.shape,
+         lambda g, x, i: clpool.adaptive_avg_pool2d_backward(g, x),
+         lambda g, x, i: aten._adaptive_avg_pool2d_backward(g, x), None),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("channels", [5, 8])  # 8: 4 channels per work-item
+@pytest.mark.parametrize("kind", ["array", "numpy", "tensor"])
+@pytest.mark.parametrize("formats", ["cl-cl", "cl-grad", "cl-input"])
+def test_backward_channels_last_matches_aten(kind, formats, channels):
+    """grad_input follows the forward input's memory format, whatever grad_output's (and
+    the indices') is, as ATen's backward ops do."""
+    rng = np.random.default_rng(11)
+    t = _tensor(8, (2, channels, 7, 9), ties=True)
+    for name, shape, ours, theirs, idx in _backward_cases(t, rng):
+        g = torch.from_numpy(data(rng, tuple(shape)))
+        g, x = g.contiguous(memory_format=CL), t
+        if formats == "cl-grad":
+            x = t.contiguous()
+        elif formats == "cl-input":
+            g = g.contiguous()
+        i = idx if idx is None or formats != "cl-input" else idx.contiguous()
+        want = theirs(g, x, i)
+        arrays = [None if a is None else (_as(kind, a) if not a.is_contiguous() else
+                  (cla.to_device(_queue(), a.numpy()) if kind == "array" else
+                   _as(kind, a))) for a in (g, x, i)]  # fmt: skip
+        _check(ours(*arrays), want, exact=name == "max")
+
+
+@pytest.mark.parametrize(
+    "module, reference",
+    [
+        (ct.MaxPool2d(3, 2, 1, ceil_mode=True), torch.nn.MaxPool2d(3, 2, 1, ceil_mode=True)),
+        (ct.AvgPool2d(3, 2, 1, count_include_pad=False),
+         torch.nn.AvgPool2d(3, 2, 1, count_include_pad=False)),
+        (ct.AdaptiveAvgPool2d((5, 4)), torch.nn.AdaptiveAvgPool2d((5, 4))),
+    ],
+)  # fmt: skip
+def test_torch_modules_keep_channels_last_forward_and_backward(module, reference):
+    t = _tensor(9, (2, 8, 7, 9), special=False)
+    ours, theirs = t.clone().requires_grad_(), t.clone().requires_grad_()
+    y, want = module(ours), reference(theirs)
+    grad = torch.from_numpy(data(np.random.default_rng(3), tuple(want.shape)))
+    y.backward(grad)
+    want.backward(grad)
+    assert y.is_contiguous(memory_format=CL) and not y.is_contiguous()
+    assert y.stride() == want.stride() and ours.grad.stride() == theirs.grad.stride()
+    assert_close(y.detach(), want.detach())
+    assert_close(ours.grad, theirs.grad)
+
+
+def _views(base: np.ndarray):
+    """(name, device view, the same view on the host): strides other than channels-last."""
+    on_device = cla.to_device(_queue(), base)
+    host_nhwc = base.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2)
+    nhwc = cla.to_device(_queue(), host_nhwc.transpose(0, 2, 3, 1)).transpose((0, 3, 1, 2))
+    return [
+        ("transposed-hw", on_device.transpose((0, 1, 3, 2)), base.transpose(0, 1, 3, 2)),
+        ("sliced-channels-nhwc", nhwc[:, 1:4], host_nhwc[:, 1:4]),
+        ("offset", on_device[1:, 1:, 2:, 1:], base[1:, 1:, 2:, 1:]),
+        ("every-other-column", on_device[:, :, :, ::2], base[:, :, :, ::2]),
+        ("unbatched-hwc", nhwc[1], host_nhwc[1]),
+    ]
+
+
+@pytest.mark.parametrize("host", [False, True])
+@pytest.mark.parametrize("case", ["max-ceil", "max-dilated", "avg-exclude-pad", "adaptive"])
+def test_other_strides_match_the_contiguous_result(case, host):
+    """Any strides and offsets: the result equals that of the same values C-contiguous,
+    and its memory format is torch's (channels-last only for a channels-last view), for
+    device views and for the same views on the host (numpy); max
+    pooling bit for bit, averages within float32's tolerance (the contiguous kernels add in
+    another order)."""
+    ours, theirs = FORWARD[case]
+    base = data(np.random.default_rng(5), (2, 5, 8, 9), special=True)
+    for name, view, on_host in _views(base):
+        want = _results(ours(np.ascontiguousarray(on_host)))
+        got = _results(ours(on_host if host else view))
+        torch_strides = _results(theirs(torch.from_numpy(on_host)))[0].stride()
+        for g, w in zip(got, want, strict=True):
+            assert tuple(s // g.dtype.itemsize for s in g.strides) == torch_strides, name
+            got_host = np.ascontiguousarray(g if host else launch._get(g))
+            if case.startswith("max"):
+                assert same_bits(got_host, w), name
+            else:
+                assert_close(got_host, w, context=name)
+
+
+def test_strided_backward_inputs_match_the_contiguous_result():
+    """grad_output and indices of any strides (every other column of wider arrays)."""
+    q = _queue()
+    x = data(np.random.default_rng(6), (2, 3, 6, 7), special=True)
+    _, idx = clpool.max_pool2d_with_indices(x, 2, 1, 1, ceil_mode=True, index_dtype="int32")
+    g = data(np.random.default_rng(7), idx.shape)
+
+    def wide(a):
+        w = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
+        w[..., ::2] = a
+        return cla.to_device(q, w)[..., ::2]
+
+    args = (2, 1, 1, 1, True)
+    got = clpool.max_pool2d_with_indices_backward(wide(g), x, *args, indices=wide(idx))
+    want = clpool.max_pool2d_with_indices_backward(g, x, *args, indices=idx)
+    assert same_bits(got.get(), want)
+    got = clpool.avg_pool2d_backward(wide(g), x, 2, 1, 1, True, False)
+    assert same_bits(got.get(), clpool.avg_pool2d_backward(g, x, 2, 1, 1, True, False))
+
+
+@pytest.fixture
+def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of every kernel enqueued through PyOpenCL during the test (clpool's or
+    PyOpenCL's own: pyopencl._cl.enqueue_nd_range_kernel under either name)."""
+    names: list[str] = []
+    enqueue = _cl.enqueue_nd_range_kernel
+
+    def recording(queue, kernel, *args, **kwargs):
+        names.append(kernel.function_name)
+        return enqueue(queue, kernel, *args, **kwargs)
+
+    monkeypatch.setattr(_cl, "enqueue_nd_range_kernel", recording)
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", recording)
+    return names
+
+
+@pytest.mark.parametrize("case", FORWARD)
+def test_a_channels_last_array_launches_only_the_op_kernel_planned_once(
+    case, launched, enqueued, monkeypatch
+):
+    """No copy kernel: exactly the op's _strided kernel (in the plan, and as enqueued),
+    planned at the first call and reused by the next."""
+    planned = []
+    step = plans.Planner.step_strided
+    monkeypatch.setattr(
+        plans.Planner, "step_strided", lambda p, name, *a, **k: (planned.append(name),
+                                                                  step(p, name, *a, **k))
+    )  # fmt: skip
+    x = _nhwc_array(_tensor(12, special=False))
+    ours = FORWARD[case][0]
+    first, second = _results(ours(x)), _results(ours(x))
+    family = {"max": "max_pool2d", "avg": "avg_pool2d", "ada": "adaptive_avg_pool2d"}[case[:3]]
+    assert [name for name, _ in launched] == [f"{family}_forward_strided"] * 2
+    assert enqueued == [f"{family}_forward_strided"] * 2
+    assert planned == [f"{family}_forward_strided"]
+    assert all(a.strides == b.strides for a, b in zip(first, second, strict=True))
+
+
+def test_backward_kernels_launched_for_channels_last_arrays(launched, enqueued):
+    t = _tensor(13, special=False)
+    rng = np.random.default_rng(1)
+    for _name, shape, ours, _, idx in _backward_cases(t, rng):
+        g = _nhwc_array(torch.from_numpy(data(rng, tuple(shape))).contiguous(memory_format=CL))
+        ours(g, _nhwc_array(t), None if idx is None else _nhwc_array(idx))
+    want = [
+        "max_pool2d_backward_strided",
+        "avg_pool2d_backward_strided",
+        "adaptive_avg_pool2d_backward_strided",
+    ]
+    assert [name for name, _ in launched] == want and enqueued == want
+
+
+@pytest.mark.parametrize("channels", [3, 40])
+def test_global_average_on_a_gpu_runs_work_groups_of_channels_by_row_slices(channels, launched):
+    """A GPU's global average of a channels-last (or any strided) input: the work-group
+    kernel, its slices of rows added in local memory."""
+    with policy.use(gpu=True):
+        t = _tensor(17, (2, channels, 9, 5), special=False)
+        _check(clpool.adaptive_avg_pool2d(_nhwc_array(t), 1), F.adaptive_avg_pool2d(t, 1), False)
+        view = _nhwc_array(t)[:, :, 1:, ::2]
+        want = F.adaptive_avg_pool2d(t[:, :, 1:, ::2], 1)
+        _check(clpool.adaptive_avg_pool2d(view, 1), want, False)
+    assert [name for name, _ in launched] == ["adaptive_avg_pool2d_global_strided"] * 2
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_float16_and_float64_channels_last(dtype):
+    with policy.use(fp16_storage=True):
+        t = _tensor(14, (2, 8, 7, 9), dtype=dtype)
+        for case in ("max-ceil", "avg-include-pad", "adaptive"):
+            ours, theirs = FORWARD[case]
+            for g, w in zip(_results(ours(t.numpy())), _results(theirs(t)), strict=True):
+                g = torch.from_numpy(g)
+                assert g.dtype == w.dtype and g.stride() == w.stride()
+                if case.startswith("max"):  # NaN payloads aside (vstore_half's)
+                    assert np.array_equal(g.numpy(), w.numpy(), equal_nan=True)
+                else:
+                    assert_close(g, w, 1e-3 if dtype == np.float16 else 1e-12)
+
+
+@pytest.mark.parametrize("channels", [5, 8])
+def test_int32_indices_channels_last_forward_and_backward(channels):
+    t = _tensor(15, (2, channels, 7, 9))
+    values, idx = clpool.max_pool2d_with_indices(t.numpy(), 3, 2, 1, 2, index_dtype="int32")
+    want, want_idx = F.max_pool2d(t, 3, 2, 1, 2, return_indices=True)
+    assert idx.dtype == np.int32 and idx.strides == tuple(4 * s for s in want_idx.stride())
+    assert np.array_equal(idx, want_idx.numpy())
+    g = torch.from_numpy(data(np.random.default_rng(2), tuple(want.shape)))
+    g = g.contiguous(memory_format=CL)
+    got = clpool.max_pool2d_with_indices_backward(g.numpy(), t.numpy(), 3, 2, 1, 2, False, idx)
+    _check(got, aten.max_pool2d_with_indices_backward(g, t, [3, 3], [2, 2], [1, 1], [2, 2],
+                                                      False, want_idx), exact=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("channels", [3, 4])
+def test_windows_of_minus_infinity_and_nan_channels_last(channels):
+    """Windows whose every tap is -inf take the index of their first tap inside the plane;
+    a NaN wins with its index (the last NaN), in each channel on its own."""
+    x = np.full((1, channels, 5, 6), -np.inf, np.float32)
+    x[0, 0, 1, 1] = x[0, -1, 3, 4] = np.nan
+    x[0, -1, 3, 5] = np.nan
+    x[0, 1 % channels, 2, 2] = 7.0
+    t = torch.from_numpy(x).contiguous(memory_format=CL)
+    for args in ((3, 2, 1), (2, 1, 1)):
+        got = clpool.max_pool2d_with_indices(t.numpy(), *args)
+        want = F.max_pool2d(t, *args, return_indices=True)
+        for g, w in zip(got, want, strict=True):
+            _check(g, w, exact=True)
+
+
+def test_out_must_have_the_results_strides():
+    t = _tensor(16, special=False)
+    x = _nhwc_array(t)
+    want = F.avg_pool2d(t, 2)
+    out = cla.to_device(_queue(), want.permute(0, 2, 3, 1).numpy() * 0).transpose((0, 3, 1, 2))
+    assert clpool.avg_pool2d(x, 2, out=out) is out
+    _check(out, want, exact=False)
+    with pytest.raises(clpool.PoolArgumentError, match="channels-last"):
+        clpool.avg_pool2d(x, 2, out=cla.empty(_queue(), tuple(want.shape), np.float32))
