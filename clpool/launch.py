@@ -67,12 +67,13 @@ def _empty(plan: plans.Plan, spec: plans.Output, pool) -> cla.Array:
     return cla.Array(plan.queue, spec.shape, spec.dtype, strides=spec.strides, allocator=pool)
 
 
-def _upload(queue, value: object, pool) -> cla.Array:
-    """A numpy input on the device (a blocking copy: no event to wait on); a channels-last
-    one channels-last (plans.uploads_nhwc), as its own bytes where it is dense."""
+def _upload(queue, value: object, pool, as_is: bool) -> cla.Array:
+    """A numpy input on the device (a blocking copy: no event to wait on), C-contiguous;
+    for a plan that reads its inputs as they are (`as_is`), a channels-last one
+    channels-last (plans.uploads_nhwc), as its own bytes where it is dense."""
     try:
         a = plans.host_array(value)
-        if plans.uploads_nhwc(a):
+        if as_is and plans.uploads_nhwc(a):
             nhwc = np.ascontiguousarray(a.transpose(0, 2, 3, 1))
             return cla.to_device(queue, nhwc, allocator=pool).transpose((0, 3, 1, 2))
         a = np.ascontiguousarray(a)
@@ -102,7 +103,7 @@ def run(plan: plans.Plan, arrays: tuple, out: list[cla.Array] | None = None) -> 
         if slot is None:
             continue
         if not isinstance(a, cla.Array):
-            a = _upload(queue, a, pool)
+            a = _upload(queue, a, pool, plan.as_is)
         if copy is None:
             slots[slot] = a.base_data
             slots[f"{slot}_offset"] = np.int64(a.offset // a.dtype.itemsize)

@@ -68,6 +68,7 @@ class Plan:
     pooled: bool  # allocate from the queue's memory pool (not on out-of-order queues)
     inputs: tuple[str | None, ...]  # the slot each input fills; None: only its shape counts
     copies: tuple[kernels.Launch | None, ...]  # per input: a copy to a contiguous buffer
+    as_is: bool  # inputs read through their strides: channels-last numpy goes up as such
     outputs: tuple[Output, ...]
     steps: tuple[kernels.Launch, ...]
 
@@ -411,6 +412,7 @@ class Planner:
             copies=tuple(
                 None if slot is None else self._copy(i, slot) for i, slot in enumerate(inputs)
             ),
+            as_is=self.as_is,
             outputs=tuple(self.outputs),
             steps=tuple(self.steps),
         )
