@@ -70,10 +70,11 @@ def _from_dlpack(a: object) -> np.ndarray:
         ) from None
 
 
-def inputs(arrays: tuple) -> tuple[tuple, object | None]:
-    """The call's arrays as numpy arrays or pyopencl Arrays, and the first torch tensor among
-    them (the results become tensors like it), or None."""
-    like = None
+def inputs(arrays: tuple, follows: int = 0) -> tuple[tuple, object | None]:
+    """The call's arrays as numpy arrays or pyopencl Arrays, and the torch tensor the
+    results become tensors like (arrays[follows], the forward input, where it is a tensor,
+    else the first tensor among them), or None."""
+    like = arrays[follows] if follows < len(arrays) and _is_tensor(arrays[follows]) else None
     out = []
     for a in arrays:
         if isinstance(a, (np.ndarray, cla.Array)) or a is None:
@@ -95,16 +96,19 @@ def tensor_channels_last(t: object) -> bool:
 
 
 def tensors(results: list, like: object) -> list:
-    """Host results as torch tensors on `like`'s device, with the results' own strides
-    (channels-last ones stay so, without a copy)."""
+    """Host results as torch tensors on `like`'s device, in `like`'s memory format: the
+    results' own strides where they are so already (the 2-D ops' channels-last results),
+    else a copy made channels-last (the ops without channels-last kernels)."""
     import torch
 
-    return [
-        (bfloat16_tensor(r) if bfloat16.is_bfloat16(r.dtype) else torch.from_numpy(r)).to(
-            like.device  # type: ignore[attr-defined]
-        )
-        for r in results
-    ]
+    last = tensor_channels_last(like)
+    out = []
+    for r in results:
+        t = bfloat16_tensor(r) if bfloat16.is_bfloat16(r.dtype) else torch.from_numpy(r)
+        if last and t.dim() == 4 and not tensor_channels_last(t):
+            t = t.contiguous(memory_format=torch.channels_last)
+        out.append(t.to(like.device))  # type: ignore[attr-defined]
+    return out
 
 
 def check_queue(queue: object) -> None:

@@ -47,7 +47,8 @@ def _run(
         refuse_if_forked()
         adopt.check_queue(queue)
         given = adopt.out_arrays(out, results)
-        arrays, like = adopt.inputs(arrays)
+        # a backward op's results follow its forward input (grad_output, input, ...)
+        arrays, like = adopt.inputs(arrays, 1 if label.endswith("_backward") else 0)
         if queue is None and given and not any(isinstance(a, cla.Array) for a in arrays):
             queue = given[0].queue  # host inputs with out=: run where out lives
         try:

@@ -62,7 +62,7 @@ def _run(label: str, op: Callable[..., object], arrays: tuple, *args: object, **
     results narrowed and returned in the inputs' kind; its errors named for `label`."""
     try:
         with reporting(label):
-            arrays, like = adopt.inputs(arrays)
+            arrays, like = adopt.inputs(arrays, 1 if label.endswith("_backward") else 0)
             for a in arrays:
                 if _rank(a) not in (2, 3):
                     raise Problem(

@@ -87,16 +87,10 @@ def _torch_forward(name: str) -> list[tuple[str, object]]:
     if name in DOCUMENTED:
         assert getattr(F, name).__doc__.strip().splitlines()[0].startswith(DOCUMENTED[name])
         return _documented(DOCUMENTED[name])
-    # F.max_pool2d is a boolean_dispatch wrapper: its parameters are F._max_pool2d's
-    fn = {"max_pool2d": F._max_pool2d, "max_pool1d": F._max_pool1d}.get(name) or getattr(F, name)
-    if name.startswith("adaptive_max_pool"):  # boolean_dispatch wrappers too
-        fn = getattr(F, "_" + name)
-    wrapped = {
-        "max_pool2d": F._max_pool2d,
-        "max_pool1d": F._max_pool1d,
-        "max_pool3d": F._max_pool3d,
-    }
-    fn = wrapped.get(name) or getattr(F, name)
+    # F.max_pool2d and the others are boolean_dispatch wrappers: their parameters are
+    # F._max_pool2d's and so on
+    wrapped = name in ("max_pool1d", "max_pool2d", "max_pool3d") or "adaptive_max" in name
+    fn = getattr(F, "_" + name) if wrapped else getattr(F, name)
     params = _params(fn)
     if name.endswith("_with_indices"):  # torch's takes a return_indices it ignores
         params = [p for p in params if p[0] != "return_indices"]

@@ -348,3 +348,33 @@ def test_out_must_have_the_results_strides():
     _check(out, want, exact=False)
     with pytest.raises(clpool.PoolArgumentError, match="channels-last"):
         clpool.avg_pool2d(x, 2, out=cla.empty(_queue(), tuple(want.shape), np.float32))
+
+
+# Ops with no channels-last kernels of their own: their inputs go to the device
+# C-contiguous, whatever their layout (a channels-last numpy input once went up as NHWC
+# bytes and was read as NCHW).
+OTHERS = {
+    "adaptive_max_pool2d": (lambda a: clpool.adaptive_max_pool2d(a, (4, 3), True),
+                            lambda t: F.adaptive_max_pool2d(t, (4, 3), True)),
+    "max_unpool2d": (lambda a: clpool.max_unpool2d(a, _unpool_indices(), 2),
+                     lambda t: F.max_unpool2d(t, torch.from_numpy(_unpool_indices()), 2)),
+}  # fmt: skip
+
+
+def _unpool_indices() -> np.ndarray:
+    """Distinct indices of max_pool2d k2 over (14, 18) planes, for SHAPE's inputs."""
+    rng = np.random.default_rng(5)
+    plane = 14 * 18
+    return np.stack([rng.permutation(plane)[: 7 * 9] for _ in range(10)]).reshape(SHAPE)
+
+
+@pytest.mark.parametrize("name", OTHERS)
+def test_ops_without_nhwc_kernels_take_channels_last_host_inputs(name):
+    ours, theirs = OTHERS[name]
+    t = _tensor(31, special=False)
+    want = theirs(t)
+    for given in (t, t.numpy()):
+        got = ours(given)
+        for g, w in zip(got if isinstance(got, tuple) else (got,),
+                        want if isinstance(want, tuple) else (want,), strict=True):  # fmt: skip
+            np.testing.assert_array_equal(np.asarray(g), w.numpy())
