@@ -6,6 +6,8 @@ of a plane per work-item). Indices are flat in the input plane or volume:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
@@ -44,6 +46,27 @@ def _fold(a: cla.Array | np.ndarray) -> cla.Array | np.ndarray:
     )
 
 
+def _extents(volume: tuple[int, int, int], cells: tuple[int, int, int]) -> tuple[int, ...]:
+    """What Planner.specialize weighs for 64-bit arithmetic: the input's and the output's
+    volumes, and each axis's size times its output's (the cell bounds' numerators)."""
+    return (
+        math.prod(volume),
+        math.prod(cells),
+        *(s * n for s, n in zip(volume, cells, strict=True)),
+    )
+
+
+def _step(p: Planner, name: str, cols: int, rows: int, slices: int, planes: int,
+          **args: object) -> None:  # fmt: skip
+    """Launch gather `name` over (cols, (slice, tile of rows), plane) work-items; on a GPU a
+    work-group spans several planes where a plane's items are fewer than a group (a 1x1
+    output: groups of one item otherwise)."""
+    tiles = -(-rows // p.rows)
+    (gx, gy, _), (lx, ly, _) = plans.ndrange(p.rt.device, cols, slices * tiles, planes)
+    lz = min(planes & -planes, p.group_size(name, p.policy.group) // (lx * ly)) if p.gpu else 1
+    p.step(name, (gx, gy, planes), local=(lx, ly, max(1, lz)), **args)
+
+
 def _plan_forward(
     where: Where,
     arrays: tuple,
@@ -61,7 +84,7 @@ def _plan_forward(
     (d, h, w), (od, oh, ow) = _volume(tuple(spatial)), _volume(out)
     p.index_bits = ops._index_bits(index_dtype)
     ops._check_index_range(p.index_bits, d * h * w)
-    p.specialize("adaptive_max_pool_forward", (d * h * w, od * oh * ow))
+    p.specialize("adaptive_max_pool_forward", _extents((d, h, w), (od, oh, ow)))
     out_shape = tuple(x.shape[:-rank]) + out
     p.output("out", out_shape)
     if with_indices:
@@ -69,12 +92,9 @@ def _plan_forward(
     else:
         p.options += ("-DCLPOOL_NO_INDICES",)
     if n * c * od * oh * ow:
-        p.step(
-            "adaptive_max_pool_forward",
-            (ow, oh, n * c * od),
-            slots=None if with_indices else {"indices": "out"},  # a placeholder, untouched
-            D=d, H=h, W=w, OD=od, OH=oh, OW=ow,
-        )  # fmt: skip
+        _step(p, "adaptive_max_pool_forward", ow, oh, od, n * c,
+              slots=None if with_indices else {"indices": "out"},  # a placeholder, untouched
+              D=d, H=h, W=w, OD=od, OH=oh, OW=ow)  # fmt: skip
     p.arrays = [_fold(a) for a in p.arrays]
     return p.plan("x")
 
@@ -150,7 +170,7 @@ def _plan_backward(where: Where, arrays: tuple, rank: int, device, queue) -> pla
     p.index_bits = ops.INDEX_BITS[indices.dtype]
     (d, h, w), (od, oh, ow) = _volume(tuple(spatial)), _volume(tuple(grad.shape[-rank:]))
     ops._check_index_range(p.index_bits, d * h * w)
-    p.specialize("adaptive_max_pool_backward", (d * h * w, od * oh * ow), planes=n * c)
+    p.specialize("adaptive_max_pool_backward", _extents((d, h, w), (od, oh, ow)), planes=n * c)
     p.output("grad_x", x.shape)
     sizes = dict(D=d, H=h, W=w, OD=od, OH=oh, OW=ow)
     # A CPU's plane per work-item, where cells do not outnumber the input's elements:
@@ -159,7 +179,7 @@ def _plan_backward(where: Where, arrays: tuple, rank: int, device, queue) -> pla
     if n * c and p.by_plane and od * oh * ow <= d * h * w:
         p.step("adaptive_max_pool_backward_plane", (n * c,), local=(1,), **sizes)
     elif n * c:
-        p.step("adaptive_max_pool_backward", (w, h, n * c * d), **sizes)
+        _step(p, "adaptive_max_pool_backward", w, h, d, n * c, **sizes)
     p.arrays = [_fold(a) for a in p.arrays]
     return p.plan("grad_out", None, "indices")
 

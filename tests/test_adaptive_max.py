@@ -354,3 +354,45 @@ def test_torch_gradcheck_float64(device, rank):
     x = torch.randperm(int(np.prod(shape)), dtype=torch.float64).reshape(shape) / 7
     fn = getattr(ct, f"adaptive_max_pool{rank}d")
     assert torch.autograd.gradcheck(lambda t: fn(t, size), (x.requires_grad_(),))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3])
+def test_gpu_geometry_gives_atens_results(device, launched, rows):
+    """The kernels as a GPU runs them: tiles of `rows` rows (a last one cut short), and
+    work-groups spanning several planes (an even number of them, as for a 1x1 output) or
+    one (an odd number): bit for bit ATen's forward and backward."""
+    rng = np.random.default_rng(90 + rows)
+    cases = [(2, (4, 6, 5), 1), (2, (3, 7, 9), (4, 3)), (3, (8, 3, 5, 7), (2, 5, 3)),
+             (1, (5, 11), 4)]  # fmt: skip
+    cases += [(2, shape, size) for shape, size in _cases(90 + rows, 6, 2)]
+    with policy.use(gpu=True, rows=rows):
+        for rank, shape, size in cases:
+            x = data(rng, shape, special=True)
+            want, want_i = TORCH[rank](torch.from_numpy(x), size, return_indices=True)
+            got, got_i = FORWARD[rank](x, size, return_indices=True)
+            assert same_bits(got, want.numpy()) and same_bits(got_i, want_i.numpy()), shape
+            g = rng.standard_normal(got.shape).astype(np.float32)
+            back = BACKWARD[rank](g, x, got_i)
+            assert same_bits(back, _torch_backward(rank, g, x, got_i)), (shape, size)
+        # cells of one element, each index naming the element below its own: outside its
+        # cell, so nothing is added (a row of a tile must not look at its neighbours' cells)
+        below = (np.arange(16).reshape(1, 1, 4, 4) + 4).astype(np.int64)
+        x, g = np.zeros((1, 1, 4, 4), np.float32), np.ones((1, 1, 4, 4), np.float32)
+        assert same_bits(clpool.adaptive_max_pool2d_backward(g, x, below), x)
+    assert launched[-1][0] == "adaptive_max_pool_backward"
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_cell_bounds_past_32_bits(device, gpu):
+    """An axis of 70000 to 70001 cells and back: its bounds' numerators pass 2^32 (64-bit
+    arithmetic there), as ATen's."""
+    x = np.random.default_rng(3).standard_normal((1, 2, 70000)).astype(np.float32)
+    with policy.use(gpu=gpu, rows=2):
+        v, i = clpool.adaptive_max_pool1d(x, 70001, return_indices=True)
+        want, want_i = F.adaptive_max_pool1d(torch.from_numpy(x), 70001, return_indices=True)
+        assert same_bits(v, want.numpy()) and same_bits(i, want_i.numpy())
+        back = clpool.adaptive_max_pool1d_backward(v, x, i)
+        assert same_bits(back, _torch_backward(1, v, x, i))
+        assert same_bits(
+            clpool.adaptive_max_pool1d(v, 70000), F.adaptive_max_pool1d(want, 70000).numpy()
+        )
