@@ -67,6 +67,17 @@ def _step(p: Planner, name: str, cols: int, rows: int, slices: int, planes: int,
     p.step(name, (gx, gy, planes), local=(lx, ly, max(1, lz)), **args)
 
 
+def _max_pool_cells(
+    p: Planner, volume: tuple[int, int, int], cells: tuple[int, int, int]
+) -> shapes.Window | None:
+    """On a GPU, the window of max_pool2d that equal cells tiling an (H, W) plane (D and OD
+    of 1) are, else None: its tuned kernels give the same maxima, indices (first of ties,
+    last NaN) and gradients (a gather over the one window of each element)."""
+    if not p.gpu or volume[0] != 1 or cells[0] != 1:
+        return None
+    return ops._equal_cells(volume[1], volume[2], cells[1], cells[2])
+
+
 def _plan_forward(
     where: Where,
     arrays: tuple,
@@ -84,16 +95,24 @@ def _plan_forward(
     (d, h, w), (od, oh, ow) = _volume(tuple(spatial)), _volume(out)
     p.index_bits = ops._index_bits(index_dtype)
     ops._check_index_range(p.index_bits, d * h * w)
-    p.specialize("adaptive_max_pool_forward", _extents((d, h, w), (od, oh, ow)))
+    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow))
+    if cells is not None:
+        p.family = "max"
+        tuned_as = "max_pool2d_forward" if with_indices else "max_pool2d_values"
+        p.specialize(tuned_as, (h * w, oh * ow), cells, w, n * c, ops._fixed_cells(p, cells))
+    else:
+        p.specialize("adaptive_max_pool_forward", _extents((d, h, w), (od, oh, ow)))
     out_shape = tuple(x.shape[:-rank]) + out
     p.output("out", out_shape)
     if with_indices:
         p.output("indices", out_shape, np.dtype(f"int{p.index_bits}"))
     else:
         p.options += ("-DCLPOOL_NO_INDICES",)
-    if n * c * od * oh * ow:
-        _step(p, "adaptive_max_pool_forward", ow, oh, od, n * c,
-              slots=None if with_indices else {"indices": "out"},  # a placeholder, untouched
+    slots = None if with_indices else {"indices": "out"}  # a placeholder, untouched
+    if n * c * od * oh * ow and cells is not None:
+        p.step_by_plane("max_pool2d_forward", (ow, oh, n * c), slots, **ops._max_sizes(cells, h, w))
+    elif n * c * od * oh * ow:
+        _step(p, "adaptive_max_pool_forward", ow, oh, od, n * c, slots=slots,
               D=d, H=h, W=w, OD=od, OH=oh, OW=ow)  # fmt: skip
     p.arrays = [_fold(a) for a in p.arrays]
     return p.plan("x")
@@ -170,8 +189,17 @@ def _plan_backward(where: Where, arrays: tuple, rank: int, device, queue) -> pla
     p.index_bits = ops.INDEX_BITS[indices.dtype]
     (d, h, w), (od, oh, ow) = _volume(tuple(spatial)), _volume(tuple(grad.shape[-rank:]))
     ops._check_index_range(p.index_bits, d * h * w)
-    p.specialize("adaptive_max_pool_backward", _extents((d, h, w), (od, oh, ow)), planes=n * c)
     p.output("grad_x", x.shape)
+    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow))
+    if cells is not None:
+        p.family = "max"
+        p.specialize("max_pool2d_backward", (h * w, oh * ow), cells, planes=n * c,
+                     constants=ops._fixed_cells(p, cells))  # fmt: skip
+        if n * c:
+            p.step_by_plane("max_pool2d_backward", (w, h, n * c), **ops._max_sizes(cells, h, w))
+        p.arrays = [_fold(a) for a in p.arrays]
+        return p.plan("grad_out", None, "indices")
+    p.specialize("adaptive_max_pool_backward", _extents((d, h, w), (od, oh, ow)), planes=n * c)
     sizes = dict(D=d, H=h, W=w, OD=od, OH=oh, OW=ow)
     # A CPU's plane per work-item, where cells do not outnumber the input's elements:
     # on Debian's PoCL, [8,256,14,14] to 7x7 11.3 -> 0.7 ms, [8,64,56,56] to 7x7 39 -> 0.55
