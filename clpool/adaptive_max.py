@@ -1,7 +1,8 @@
 """Adaptive max pooling in 1-D, 2-D and 3-D, as torch.nn.functional's, and its backward
 ops. One forward and one backward kernel over (D, H, W) volumes serve every rank: 2-D runs
 with D = 1, 1-D with D = H = 1 (and on a CPU, for float32 and float64, a backward kernel
-of a plane per work-item). Indices are flat in the input plane or volume:
+of a plane per work-item); on a GPU, equal cells tiling a plane run max_pool2d's kernels
+with that window. Indices are flat in the input plane or volume:
 (d * H + h) * W + w, as ATen's."""
 
 from __future__ import annotations
