@@ -1,10 +1,13 @@
 """Adaptive max pooling in 1-D, 2-D and 3-D, as torch.nn.functional's, and its backward
 ops. One forward and one backward kernel over (D, H, W) volumes serve every rank: 2-D runs
 with D = 1, 1-D with D = H = 1 (and on a CPU, for float32 and float64, a backward kernel
-of a plane per work-item). Indices are flat in the input plane or volume:
+of a plane per work-item); on a GPU, equal cells tiling a plane run max_pool2d's kernels
+with that window. Indices are flat in the input plane or volume:
 (d * H + h) * W + w, as ATen's."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pyopencl as cl
@@ -44,6 +47,38 @@ def _fold(a: cla.Array | np.ndarray) -> cla.Array | np.ndarray:
     )
 
 
+def _extents(volume: tuple[int, int, int], cells: tuple[int, int, int]) -> tuple[int, ...]:
+    """What Planner.specialize weighs for 64-bit arithmetic: the input's and the output's
+    volumes, and each axis's size times its output's (the cell bounds' numerators)."""
+    return (
+        math.prod(volume),
+        math.prod(cells),
+        *(s * n for s, n in zip(volume, cells, strict=True)),
+    )
+
+
+def _step(p: Planner, name: str, cols: int, rows: int, slices: int, planes: int,
+          **args: object) -> None:  # fmt: skip
+    """Launch gather `name` over (cols, (slice, tile of rows), plane) work-items; on a GPU a
+    work-group spans several planes where a plane's items are fewer than a group (a 1x1
+    output: groups of one item otherwise)."""
+    tiles = -(-rows // p.rows)
+    (gx, gy, _), (lx, ly, _) = plans.ndrange(p.rt.device, cols, slices * tiles, planes)
+    lz = min(planes & -planes, p.group_size(name, p.policy.group) // (lx * ly)) if p.gpu else 1
+    p.step(name, (gx, gy, planes), local=(lx, ly, max(1, lz)), **args)
+
+
+def _max_pool_cells(
+    p: Planner, volume: tuple[int, int, int], cells: tuple[int, int, int]
+) -> shapes.Window | None:
+    """On a GPU, the window of max_pool2d that equal cells tiling an (H, W) plane (D and OD
+    of 1) are, else None: its tuned kernels give the same maxima, indices (first of ties,
+    last NaN) and gradients (a gather over the one window of each element)."""
+    if not p.gpu or volume[0] != 1 or cells[0] != 1:
+        return None
+    return ops._equal_cells(volume[1], volume[2], cells[1], cells[2])
+
+
 def _plan_forward(
     where: Where,
     arrays: tuple,
@@ -61,20 +96,25 @@ def _plan_forward(
     (d, h, w), (od, oh, ow) = _volume(tuple(spatial)), _volume(out)
     p.index_bits = ops._index_bits(index_dtype)
     ops._check_index_range(p.index_bits, d * h * w)
-    p.specialize("adaptive_max_pool_forward", (d * h * w, od * oh * ow))
+    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow))
+    if cells is not None:
+        p.family = "max"
+        tuned_as = "max_pool2d_forward" if with_indices else "max_pool2d_values"
+        p.specialize(tuned_as, (h * w, oh * ow), cells, w, n * c, ops._fixed_cells(p, cells))
+    else:
+        p.specialize("adaptive_max_pool_forward", _extents((d, h, w), (od, oh, ow)))
     out_shape = tuple(x.shape[:-rank]) + out
     p.output("out", out_shape)
     if with_indices:
         p.output("indices", out_shape, np.dtype(f"int{p.index_bits}"))
     else:
         p.options += ("-DCLPOOL_NO_INDICES",)
-    if n * c * od * oh * ow:
-        p.step(
-            "adaptive_max_pool_forward",
-            (ow, oh, n * c * od),
-            slots=None if with_indices else {"indices": "out"},  # a placeholder, untouched
-            D=d, H=h, W=w, OD=od, OH=oh, OW=ow,
-        )  # fmt: skip
+    slots = None if with_indices else {"indices": "out"}  # a placeholder, untouched
+    if n * c * od * oh * ow and cells is not None:
+        p.step_by_plane("max_pool2d_forward", (ow, oh, n * c), slots, **ops._max_sizes(cells, h, w))
+    elif n * c * od * oh * ow:
+        _step(p, "adaptive_max_pool_forward", ow, oh, od, n * c, slots=slots,
+              D=d, H=h, W=w, OD=od, OH=oh, OW=ow)  # fmt: skip
     p.arrays = [_fold(a) for a in p.arrays]
     return p.plan("x")
 
@@ -150,8 +190,17 @@ def _plan_backward(where: Where, arrays: tuple, rank: int, device, queue) -> pla
     p.index_bits = ops.INDEX_BITS[indices.dtype]
     (d, h, w), (od, oh, ow) = _volume(tuple(spatial)), _volume(tuple(grad.shape[-rank:]))
     ops._check_index_range(p.index_bits, d * h * w)
-    p.specialize("adaptive_max_pool_backward", (d * h * w, od * oh * ow), planes=n * c)
     p.output("grad_x", x.shape)
+    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow))
+    if cells is not None:
+        p.family = "max"
+        p.specialize("max_pool2d_backward", (h * w, oh * ow), cells, planes=n * c,
+                     constants=ops._fixed_cells(p, cells))  # fmt: skip
+        if n * c:
+            p.step_by_plane("max_pool2d_backward", (w, h, n * c), **ops._max_sizes(cells, h, w))
+        p.arrays = [_fold(a) for a in p.arrays]
+        return p.plan("grad_out", None, "indices")
+    p.specialize("adaptive_max_pool_backward", _extents((d, h, w), (od, oh, ow)), planes=n * c)
     sizes = dict(D=d, H=h, W=w, OD=od, OH=oh, OW=ow)
     # A CPU's plane per work-item, where cells do not outnumber the input's elements:
     # on Debian's PoCL, [8,256,14,14] to 7x7 11.3 -> 0.7 ms, [8,64,56,56] to 7x7 39 -> 0.55
@@ -159,7 +208,7 @@ def _plan_backward(where: Where, arrays: tuple, rank: int, device, queue) -> pla
     if n * c and p.by_plane and od * oh * ow <= d * h * w:
         p.step("adaptive_max_pool_backward_plane", (n * c,), local=(1,), **sizes)
     elif n * c:
-        p.step("adaptive_max_pool_backward", (w, h, n * c * d), **sizes)
+        _step(p, "adaptive_max_pool_backward", w, h, d, n * c, **sizes)
     p.arrays = [_fold(a) for a in p.arrays]
     return p.plan("grad_out", None, "indices")
 

@@ -8,16 +8,44 @@
 #define ADAPTIVE_MAX_SIZES                                                            \
     int D, int H, int W, int OD, int OH, int OW
 
-/* floor(i*size/n), or the ceiling when `up`: 32-bit division while the numerator fits. */
-inline int scaled_bound(int i, int size, int n, int up)
+/* The cell bounds' arithmetic: unsigned 32-bit unless the host passes -DCLPOOL_LARGE_PLANE
+ * (it does where an axis's size times its output's size, or a volume, reaches 2^31), since
+ * GPUs emulate 64-bit division in a long sequence of instructions. */
+#ifdef CLPOOL_LARGE_PLANE
+typedef ulong bound_t;
+#else
+typedef uint bound_t;
+#endif
+
+/* floor(i * size / n) */
+inline int scaled_floor(int i, int size, int n)
 {
-    long num = (long)i * size + (up ? n - 1 : 0);
-    return num <= UINT_MAX ? (int)((uint)num / (uint)n) : (int)(num / n);
+    return (int)((bound_t)i * (bound_t)size / (bound_t)n);
 }
+
+/* ceil(i * size / n) */
+inline int scaled_ceil(int i, int size, int n)
+{
+    bound_t num = (bound_t)i * (bound_t)size, q = num / (bound_t)n;
+    return (int)q + (num != q * (bound_t)n);
+}
+
+/* Work-item layout of both gathers: dimension 0 walks the columns, 1 the (slice, tile)
+ * pairs of `slices` slices of `rows` rows, a tile being CLPOOL_ROWS consecutive rows of a
+ * slice, 2 the planes. Declares `slice` and this item's rows [r0, r1), and returns from
+ * the kernel for an item past the columns or the slices. */
+#define SLICE_TILE(slice, r0, r1, col, cols, slices, rows)                            \
+    bound_t tiles_ = ((bound_t)(rows) + CLPOOL_ROWS - 1) / CLPOOL_ROWS;               \
+    bound_t tile_ = get_global_id(1);                                                 \
+    int slice = tile_ / tiles_;                                                       \
+    if ((col) >= (cols) || slice >= (slices))                                         \
+        return;                                                                       \
+    int r0 = (tile_ - slice * tiles_) * CLPOOL_ROWS;                                  \
+    int r1 = min((bound_t)r0 + CLPOOL_ROWS, (bound_t)(rows))
 
 /* out = the maximum of each cell, in (d, h, w) row-major order: NaN wins (the last NaN
  * keeps its index, as in PyTorch's CPU kernel), ties keep the first, and a cell of -inf
- * only gives the index of its first element. Work-item (ow, oh, plane * OD + od); with
+ * only gives the index of its first element. Work-item (ow, (od, tile of oh), plane); with
  * -DCLPOOL_NO_INDICES `indices` is a placeholder, never written. */
 __kernel void adaptive_max_pool_forward(__global const elem_t *restrict x,
                                         __global elem_t *restrict out,
@@ -25,16 +53,17 @@ __kernel void adaptive_max_pool_forward(__global const elem_t *restrict x,
                                         ADAPTIVE_MAX_SIZES)
 {
     int ow = get_global_id(0);
-    if (ow >= OW)
-        return;
-    long slab = get_global_id(2); /* plane * OD + od */
-    long plane = slab / OD;
-    int od = slab % OD;
+    SLICE_TILE(od, oh0, oh1, ow, OW, OD, OH);
+    long plane = get_global_id(2);
     __global const elem_t *xp = x + plane * D * H * W;
-    int d0 = scaled_bound(od, D, OD, 0), d1 = scaled_bound(od + 1, D, OD, 1);
-    int w0 = scaled_bound(ow, W, OW, 0), w1 = scaled_bound(ow + 1, W, OW, 1);
-    FOR_EACH_ROW(oh, OH) {
-        int h0 = scaled_bound(oh, H, OH, 0), h1 = scaled_bound(oh + 1, H, OH, 1);
+    long cells = plane * OD * OH * OW;
+    int d0 = scaled_floor(od, D, OD), d1 = scaled_ceil(od + 1, D, OD);
+    int w0 = scaled_floor(ow, W, OW), w1 = scaled_ceil(ow + 1, W, OW);
+    /* h0 of the next row is the floor whose ceiling is this row's h1: one division a row */
+    int h0 = scaled_floor(oh0, H, OH);
+    for (int oh = oh0; oh < oh1; ++oh) {
+        bound_t num = (bound_t)(oh + 1) * (bound_t)H;
+        int next = num / (bound_t)OH, h1 = next + (num != (bound_t)next * (bound_t)OH);
         acc_t best = -INFINITY;
         pos_t best_i = ((pos_t)d0 * H + h0) * W + w0;
         for (int d = d0; d < d1; ++d)
@@ -50,47 +79,52 @@ __kernel void adaptive_max_pool_forward(__global const elem_t *restrict x,
                     }
                 }
             }
-        long at = slab * OH * OW + (long)oh * OW + ow;
+        long at = cells + ((pos_t)od * OH + oh) * OW + ow;
         STORE(out, at, best);
 #ifndef CLPOOL_NO_INDICES
         indices[at] = (index_t)best_i;
 #else
         (void)best_i;
 #endif
+        h0 = next;
     }
 }
 
 /* grad_x[i] = the sum, in ascending output order, of grad_out over the cells that contain
  * input element i and whose index names it (PyTorch's CPU loop adds them in that order);
- * an index outside its cell is ignored. Work-item (iw, ih, plane * D + id). */
+ * an index outside its cell is ignored. Work-item (iw, (id, tile of ih), plane). Every
+ * cell's grad_out is loaded and a mismatch adds 0 (g never is -0), so that the loads of a
+ * row issue together rather than each after its index. */
 __kernel void adaptive_max_pool_backward(__global const elem_t *restrict grad_out,
                                          __global const index_t *restrict indices,
                                          __global elem_t *restrict grad_x,
                                          ADAPTIVE_MAX_SIZES)
 {
     int iw = get_global_id(0);
-    if (iw >= W)
-        return;
-    long slab = get_global_id(2); /* plane * D + id */
-    long plane = slab / D;
-    int id = slab % D;
+    SLICE_TILE(id, ih0, ih1, iw, W, D, H);
+    long plane = get_global_id(2);
     long cells = (long)OD * OH * OW;
     __global const elem_t *gp = grad_out + plane * cells;
     __global const index_t *ip = indices + plane * cells;
-    int od0 = scaled_bound(id, OD, D, 0), od1 = scaled_bound(id + 1, OD, D, 1);
-    int ow0 = scaled_bound(iw, OW, W, 0), ow1 = scaled_bound(iw + 1, OW, W, 1);
-    FOR_EACH_ROW(ih, H) {
-        int oh0 = scaled_bound(ih, OH, H, 0), oh1 = scaled_bound(ih + 1, OH, H, 1);
+    __global elem_t *xp = grad_x + plane * D * H * W;
+    int od0 = scaled_floor(id, OD, D), od1 = scaled_ceil(id + 1, OD, D);
+    int ow0 = scaled_floor(iw, OW, W), ow1 = scaled_ceil(iw + 1, OW, W);
+    int oh0 = scaled_floor(ih0, OH, H);
+    for (int ih = ih0; ih < ih1; ++ih) {
+        bound_t num = (bound_t)(ih + 1) * (bound_t)OH;
+        int next = num / (bound_t)H, oh1 = next + (num != (bound_t)next * (bound_t)H);
         pos_t at = ((pos_t)id * H + ih) * W + iw;
         acc_t g = 0;
         for (int od = od0; od < od1; ++od)
             for (int oh = oh0; oh < oh1; ++oh) {
                 pos_t row = ((pos_t)od * OH + oh) * OW;
-                for (int ow = ow0; ow < ow1; ++ow)
-                    if ((long)ip[row + ow] == (long)at)
-                        g += LOAD(gp, row + ow);
+                for (int ow = ow0; ow < ow1; ++ow) {
+                    acc_t v = LOAD(gp, row + ow);
+                    g += (long)ip[row + ow] == (long)at ? v : (acc_t)0;
+                }
             }
-        STORE(grad_x, plane * D * H * W + at, g);
+        STORE(xp, at, g);
+        oh0 = next;
     }
 }
 
@@ -110,15 +144,15 @@ __kernel void adaptive_max_pool_backward_plane(__global const elem_t *restrict g
     clear_rows(xp, W, 0, D * H);
     pos_t k = 0;
     for (int od = 0; od < OD; ++od) {
-        int d0 = scaled_bound(od, D, OD, 0), d1 = scaled_bound(od + 1, D, OD, 1);
+        int d0 = scaled_floor(od, D, OD), d1 = scaled_ceil(od + 1, D, OD);
         for (int oh = 0; oh < OH; ++oh) {
-            int h0 = scaled_bound(oh, H, OH, 0), h1 = scaled_bound(oh + 1, H, OH, 1);
+            int h0 = scaled_floor(oh, H, OH), h1 = scaled_ceil(oh + 1, H, OH);
             for (int ow = 0; ow < OW; ++ow, ++k) {
-                int w0 = scaled_bound(ow, W, OW, 0), w1 = scaled_bound(ow + 1, W, OW, 1);
-                long at = ip[k];
-                if (at < 0 || at >= volume)
+                int w0 = scaled_floor(ow, W, OW), w1 = scaled_ceil(ow + 1, W, OW);
+                long i = ip[k];
+                if (i < 0 || i >= volume)
                     continue;
-                long row = at / W;
+                pos_t at = i, row = at / W;
                 int w = at - row * W, h = row % H, d = row / H;
                 if (d >= d0 && d < d1 && h >= h0 && h < h1 && w >= w0 && w < w1)
                     STORE(xp, at, LOAD(xp, at) + LOAD(gp, k));

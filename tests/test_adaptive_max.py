@@ -354,3 +354,51 @@ def test_torch_gradcheck_float64(device, rank):
     x = torch.randperm(int(np.prod(shape)), dtype=torch.float64).reshape(shape) / 7
     fn = getattr(ct, f"adaptive_max_pool{rank}d")
     assert torch.autograd.gradcheck(lambda t: fn(t, size), (x.requires_grad_(),))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3])
+def test_gpu_geometry_gives_atens_results(device, launched, rows):
+    """The kernels as a GPU runs them: tiles of `rows` rows (a last one cut short),
+    work-groups spanning several planes (an even number of them, as for a 1x1 output) or
+    one (an odd number), and equal cells of a plane as max_pool2d's kernels (square cells
+    of 2 and 4 built as constants): bit for bit ATen's forward and backward."""
+    rng = np.random.default_rng(90 + rows)
+    cases = [(2, (4, 6, 5), 1), (2, (3, 7, 9), (4, 3)), (3, (8, 3, 5, 7), (2, 5, 3)),
+             (1, (5, 11), 4), (2, (2, 3, 14, 14), 7), (2, (3, 16, 16), 4), (2, (2, 8, 12), (4, 3)),
+             (1, (2, 3, 12), 3), (3, (2, 1, 6, 4), (1, 3, 2))]  # fmt: skip
+    cases += [(2, shape, size) for shape, size in _cases(90 + rows, 6, 2)]
+    with policy.use(gpu=True, rows=rows):
+        for rank, shape, size in cases:
+            x = data(rng, shape, special=True)
+            want, want_i = TORCH[rank](torch.from_numpy(x), size, return_indices=True)
+            got, got_i = FORWARD[rank](x, size, return_indices=True)
+            assert same_bits(got, want.numpy()) and same_bits(got_i, want_i.numpy()), shape
+            assert same_bits(FORWARD[rank](x, size), got), shape  # the values-only build
+            g = rng.standard_normal(got.shape).astype(np.float32)
+            back = BACKWARD[rank](g, x, got_i)
+            assert same_bits(back, _torch_backward(rank, g, x, got_i)), (shape, size)
+        # rows of cells [floor(5i/4), ceil(5(i+1)/4)), each index naming the element two
+        # rows below its cell's first: outside its cell, so nothing is added (a row of a tile
+        # must not look at the cells of the rows before it)
+        below = (np.arange(16).reshape(1, 1, 4, 4) + 8).astype(np.int64)
+        x, g = np.zeros((1, 1, 5, 4), np.float32), np.ones((1, 1, 4, 4), np.float32)
+        assert same_bits(clpool.adaptive_max_pool2d_backward(g, x, below), x)
+    names = {name for name, _ in launched}
+    assert {"adaptive_max_pool_forward", "adaptive_max_pool_backward", "max_pool2d_forward",
+            "max_pool2d_backward"} <= names  # fmt: skip
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_cell_bounds_past_32_bits(device, gpu):
+    """An axis of 70000 to 70001 cells and back: its bounds' numerators pass 2^32 (64-bit
+    arithmetic there), as ATen's."""
+    x = np.random.default_rng(3).standard_normal((1, 2, 70000)).astype(np.float32)
+    with policy.use(gpu=gpu, rows=2):
+        v, i = clpool.adaptive_max_pool1d(x, 70001, return_indices=True)
+        want, want_i = F.adaptive_max_pool1d(torch.from_numpy(x), 70001, return_indices=True)
+        assert same_bits(v, want.numpy()) and same_bits(i, want_i.numpy())
+        back = clpool.adaptive_max_pool1d_backward(v, x, i)
+        assert same_bits(back, _torch_backward(1, v, x, i))
+        assert same_bits(
+            clpool.adaptive_max_pool1d(v, 70000), F.adaptive_max_pool1d(want, 70000).numpy()
+        )
