@@ -26,7 +26,8 @@ CPU kernels: the max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAP
 clpool_contiguous (non-contiguous device arrays), adaptive_max_pool_forward (with and
 without indices, int32 and int64) and adaptive_max_pool_backward and its `_plane` twin
 (including indices outside the volume), max_unpool_clear/claim/scatter/gather
-(unpool_cases), in float32 and float64; and a few of them in bfloat16 (bfloat16_cases).
+(unpool_cases), max_unpool_flag_clear/window (unpool_window_cases), in float32 and
+float64; and a few of them in bfloat16 (bfloat16_cases).
 """
 
 from __future__ import annotations
@@ -440,6 +441,42 @@ def unpool_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 
 
 FAMILIES += (unpool_cases,)
+
+# (name, shape, kernel_size, stride, padding, output_size): max unpooling whose indices lie
+# in their own windows (the window gather alone), windows overlapping where k > s
+UNPOOL_WINDOWS = [
+    ("1d-overlap", (1, 2, 6), 3, 1, 1, None),
+    ("2d-pad", (1, 2, 3, 4), 3, 2, 1, (6, 7)),
+    ("3d-run-to-end", (1, 1, 2, 2, 3), 2, None, 0, (5, 4, 7)),
+]
+
+
+def unpool_window_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    """max_unpool_flag_clear and max_unpool_window: indices inside their inputs' windows,
+    often naming one output (the later input wins), int64 and int32."""
+    from clpool import unpool
+
+    for seed, (name, shape, k, s, p, size) in enumerate(UNPOOL_WINDOWS):
+        n = len(shape) - 2
+        x = _data(shape, dtype, 1000 + seed)
+        ks, ss, ps = unpool._window(n, k, s, p)
+        out_sizes = ref.unpool_size(shape, n, k, s, p, size)[-n:]
+        rng = np.random.default_rng(seed)
+        at = []  # per axis, an output inside each input's window
+        for axis, (o, kk, st, pp) in enumerate(zip(out_sizes, ks, ss, ps, strict=True)):
+            start = (np.arange(shape[2 + axis]) * st - pp).reshape((-1,) + (1,) * (n - axis - 1))
+            lo, hi = np.maximum(start, 0), np.minimum(start + kk, o)
+            at.append(lo + rng.integers(0, 1 << 20, shape) % (hi - lo))
+        idx = np.ravel_multi_index(tuple(at), out_sizes)
+        forward = getattr(unpool, f"max_unpool{n}d")
+        for index in (np.int64, np.int32):
+            i = idx.astype(index)
+            yield (f"max_unpool{n}d/window-{name}/{np.dtype(index).name}",
+                   lambda x=x, i=i, a=(k, s, p, size), f=forward: f(x, i, *a),
+                   lambda x=x, i=i, a=(k, s, p, size), n=n: ref.max_unpool(x, i, n, *a))
+
+
+FAMILIES += (unpool_window_cases,)
 TINY = {"bfloat16": (bfloat16_cases,)}  # dtypes that run only their own few cases
 
 _launched: set[str] = set()

@@ -69,10 +69,122 @@ def test_duplicates_the_later_input_wins_as_torch(spatial):
     shape = (2, 3, *([4, 3, 5][:spatial]))
     sizes = tuple(v * 2 for v in shape[2:])
     x, i = _duplicates(rng, spatial, shape, sizes)
-    want = UNPOOL[spatial](torch.from_numpy(x), torch.from_numpy(i), 2).numpy()
+    want = ref.max_unpool(x, i, spatial, 2)
     np.testing.assert_array_equal(OURS[spatial](x, i, 2), want)
     np.testing.assert_array_equal(OURS[spatial](x, i.astype(np.int32), 2), want)
-    np.testing.assert_array_equal(ref.max_unpool(x, i, spatial, 2), want)
+    _agrees_with_torch((want, UNPOOL[spatial](torch.from_numpy(x), torch.from_numpy(i), 2)))
+
+
+def _agrees_with_torch(*compared: tuple) -> None:
+    """Each (reference result, torch's) pair agrees, unless this torch's CPU max_unpool
+    lets an earlier input win where two name one output (some versions do): then skip."""
+    for want, theirs in compared:
+        if not np.array_equal(theirs.numpy(), want):
+            pytest.skip(f"torch {torch.__version__}'s CPU max_unpool lets an earlier input win")
+
+
+def _window_cases(spatial: int):
+    """(x, indices, k, s, p, output size) with k > s, each index inside its own input's
+    window, many naming one output (inputs whose windows overlap)."""
+    rng = np.random.default_rng(60 + spatial)
+    for k, s, p in ((3, 1, 1), (3, 2, 1), (2, 1, 0), (4, 2, 2)):
+        sizes = tuple(int(v) for v in rng.integers(2, 6, spatial))
+        out_sizes = tuple((v - 1) * s + k - 2 * p for v in sizes)
+        shape = (2, 2, *sizes)
+        at = []  # per axis, an output in each input's window (clipped to the output)
+        for axis, (n, o) in enumerate(zip(sizes, out_sizes, strict=True)):
+            start = (np.arange(n) * s - p).reshape((n,) + (1,) * (spatial - axis - 1))
+            lo, hi = np.maximum(start, 0), np.minimum(start + k, o)
+            at.append(lo + rng.integers(0, 1 << 20, shape) % (hi - lo))
+        flat = np.ravel_multi_index(tuple(at), out_sizes)
+        x = rng.standard_normal(shape).astype(np.float32)
+        yield x, flat.astype(np.int64), k, s, p, out_sizes
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_overlapping_windows_the_later_input_wins_in_the_gather(spatial, launched):
+    """Indices inside their windows take the window gather, which must walk an output's
+    inputs from the latest; the same indices shuffled (most outside their windows) take
+    clear, claim and scatter."""
+    rng = np.random.default_rng(80 + spatial)
+    compared = []
+    for x, i, k, s, p, size in _window_cases(spatial):
+        assert len(np.unique(i)) < i.size  # collisions
+        shuffled = rng.permutation(i.ravel()).reshape(i.shape)
+        for indices, kernels in ((i, FAST), (shuffled, FAST + GENERAL)):
+            want = ref.max_unpool(x, indices, spatial, k, s, p, size).astype(np.float32)
+            for kind in (np.int64, np.int32):
+                launched.clear()
+                assert same_bits(OURS[spatial](x, indices.astype(kind), k, s, p, size), want)
+                assert [name for name, _ in launched] == kernels, (k, s, p)
+            theirs = UNPOOL[spatial](torch.from_numpy(x), torch.from_numpy(indices), k, s, p, size)
+            compared.append((want, theirs))
+    _agrees_with_torch(*compared)
+
+
+FAST = ["max_unpool_flag_clear", "max_unpool_window"]
+GENERAL = ["max_unpool_clear", "max_unpool_claim", "max_unpool_scatter"]
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_max_pool_indices_take_the_gather(spatial, launched, device):
+    rng = np.random.default_rng(70 + spatial)
+    queue = clpool.default_queue(device)
+    for _ in range(4):
+        x, y, i, k, s, p = _pooled(rng, spatial)
+        size = x.shape[-spatial:]
+        want = UNPOOL[spatial](y, i, k, s, p, output_size=size).numpy()
+        for yy, ii in _host_and_device(queue, y, i):
+            launched.clear()
+            got = OURS[spatial](yy, ii, k, s, p, size)
+            got = got.get() if isinstance(got, cla.Array) else got.numpy()
+            assert same_bits(got, want) and [n for n, _ in launched] == FAST, (k, s, p)
+
+
+def test_an_index_outside_its_window_falls_back(launched, device):
+    """One index outside its input's window (inside the output): the gather flags it and
+    clear, claim and scatter rewrite the whole output, on host and device inputs."""
+    rng = np.random.default_rng(8)
+    queue = clpool.default_queue(device)
+    x, y, i = _pooled_k2(rng)
+    compared = []
+    for where in ((0, 0, 0, 0), (1, 2, 3, 4), (1, 2, -1, -1)):  # first, middle, last input
+        bad = i.clone()
+        bad[where] = i[0, 0, 2, 2]  # another window's output
+        want = ref.max_unpool(y.numpy(), bad.numpy(), 2, 2, 2, 0, x.shape[-2:])
+        want = want.astype(np.float32)
+        for yy, ii in _host_and_device(queue, y, bad):
+            launched.clear()
+            got = clpool.max_unpool2d(yy, ii, 2, 2, 0, x.shape[-2:])
+            got = got.get() if isinstance(got, cla.Array) else got.numpy()
+            assert same_bits(got, want) and [n for n, _ in launched] == FAST + GENERAL, where
+        compared.append((want, F.max_unpool2d(y, bad, 2, 2, 0, x.shape[-2:])))
+    _agrees_with_torch(*compared)
+
+
+def _host_and_device(queue, *tensors) -> tuple[tuple, tuple]:
+    """The tensors as they are, and as device arrays on `queue`."""
+    return tensors, tuple(cla.to_device(queue, t.numpy()) for t in tensors)
+
+
+def _pooled_k2(rng):
+    x = torch.from_numpy(rng.standard_normal((2, 3, 8, 10)).astype(np.float32))
+    return (x, *F.max_pool2d(x, 2, 2, return_indices=True))
+
+
+def test_an_index_outside_the_output_is_flagged_by_the_gather(launched, device):
+    """A device index outside the output, the others inside their windows: the gather's
+    flag raises, with no fallback."""
+    queue = clpool.default_queue(device)
+    x, y, i = _pooled_k2(np.random.default_rng(9))
+    for bad_index in (-1, 80, 2**40):
+        bad = i.clone()
+        bad[1, 2, 3, 4] = bad_index
+        launched.clear()
+        with pytest.raises(PoolArgumentError, match="invalid max index") as info:
+            clpool.max_unpool2d(*_host_and_device(queue, y, bad)[1], 2)
+        check_error(info, "max_unpool2d", device, "float32")
+        assert [n for n, _ in launched] == FAST
 
 
 def test_the_later_of_two_named_in_reverse_order_wins():
