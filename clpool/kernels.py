@@ -70,6 +70,13 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
         *_UNPOOL_SIZES,
         *_UNPOOL_WINDOW_SIZES,
     ),
+    "max_unpool_plane": (
+        ("x", GLOBAL),
+        ("indices", GLOBAL),
+        ("out", GLOBAL),
+        ("flag", GLOBAL),
+        *_UNPOOL_SIZES,
+    ),
     "max_unpool_clear": (("out", GLOBAL), ("owner", GLOBAL), ("flag", GLOBAL), *_UNPOOL_SIZES),
     "max_unpool_claim": (("indices", GLOBAL), ("owner", GLOBAL), ("flag", GLOBAL), *_UNPOOL_SIZES),
     "max_unpool_scatter": (

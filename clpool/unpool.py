@@ -146,14 +146,17 @@ def _axes(sizes: tuple[int, ...], out_sizes: tuple[int, ...], window: tuple) -> 
 def _plan_forward(
     where: Where, arrays: tuple, spatial: int, window: tuple, device, gather: bool, queue
 ):
-    """The window gather's plan (outputs out and flag), or clear, claim and scatter's
-    (out, owner and flag)."""
+    """The fast path's plan (outputs out and flag): the window gather, or on a CPU one
+    work-item per plane; or clear, claim and scatter's (out, owner and flag)."""
     p, out_shape, planes, ip, op = _planner(where, arrays, spatial, window, device, queue)
     p.output("out", out_shape)
     if not gather:
         p.output("owner", (planes * op,), np.dtype(np.int32))
     p.output("flag", (1,), np.dtype(np.int32))
-    if planes and op and gather:
+    if planes and op and gather and p.policy.by_plane(p.rt.device, p.dtype, planes):
+        p.step("max_unpool_flag_clear", (1, 1, 1))
+        p.step("max_unpool_plane", (planes,), local=(1,), IP=ip, OP=op)
+    elif planes and op and gather:
         axes = _axes(tuple(p.arrays[0].shape[-spatial:]), out_shape[-spatial:], window)
         p.step("max_unpool_flag_clear", (1, 1, 1))
         rows = axes["ID"] * axes["IH"]

@@ -96,6 +96,29 @@ __kernel void max_unpool_window(__global const elem_t *restrict x,
             }
 }
 
+/* The CPU's fast path, one work-item per plane: zeros, then each input in order writes
+ * at its index (so the later input wins, wherever the indices lie); an index outside
+ * the plane is skipped and sets flag bit 1. */
+__kernel void max_unpool_plane(__global const elem_t *restrict x,
+                               __global const index_t *restrict indices,
+                               __global elem_t *restrict out, __global int *restrict flag,
+                               UNPOOL_SIZES)
+{
+    long in0 = (long)get_global_id(0) * IP, out0 = (long)get_global_id(0) * OP;
+    for (long o = 0; o < OP; ++o)
+        STORE(out, out0 + o, (acc_t)0);
+    int bad = 0;
+    for (long i = 0; i < IP; ++i) {
+        index_t at = indices[in0 + i];
+        if (at < 0 || (long)at >= OP)
+            bad = 1;
+        else
+            STORE(out, out0 + at, LOAD(x, in0 + i));
+    }
+    if (bad)
+        atomic_or((volatile __global int *)flag, 1);
+}
+
 /* out = 0, owner = -1 (no input yet), flag = 0. */
 __kernel void max_unpool_clear(__global elem_t *restrict out, __global int *restrict owner,
                                __global int *restrict flag, UNPOOL_SIZES)

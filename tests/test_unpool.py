@@ -6,6 +6,8 @@ bit-identical runs, and clpool.torch's functions and modules."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
@@ -102,7 +104,7 @@ def _window_cases(spatial: int):
 
 
 @pytest.mark.parametrize("spatial", [1, 2, 3])
-def test_overlapping_windows_the_later_input_wins_in_the_gather(spatial, launched):
+def test_overlapping_windows_the_later_input_wins_on_the_fast_path(spatial, launched, fast):
     """Indices inside their windows take the window gather, which must walk an output's
     inputs from the latest; the same indices shuffled (most outside their windows) take
     clear, claim and scatter."""
@@ -111,7 +113,7 @@ def test_overlapping_windows_the_later_input_wins_in_the_gather(spatial, launche
     for x, i, k, s, p, size in _window_cases(spatial):
         assert len(np.unique(i)) < i.size  # collisions
         shuffled = rng.permutation(i.ravel()).reshape(i.shape)
-        for indices, kernels in ((i, FAST), (shuffled, FAST + GENERAL)):
+        for indices, kernels in zip((i, shuffled), fast, strict=True):
             want = ref.max_unpool(x, indices, spatial, k, s, p, size).astype(np.float32)
             for kind in (np.int64, np.int32):
                 launched.clear()
@@ -124,10 +126,21 @@ def test_overlapping_windows_the_later_input_wins_in_the_gather(spatial, launche
 
 FAST = ["max_unpool_flag_clear", "max_unpool_window"]
 GENERAL = ["max_unpool_clear", "max_unpool_claim", "max_unpool_scatter"]
+PLANE = ["max_unpool_flag_clear", "max_unpool_plane"]
+
+
+@pytest.fixture(params=["window", "plane"])
+def fast(request) -> Iterator[tuple[list[str], list[str]]]:
+    """Under the window gather (a GPU's) or one work-item per plane (a CPU's): the kernels
+    indices inside their windows launch, and those others launch."""
+    from clpool import policy
+
+    with policy.use(per_plane=request.param == "plane"):
+        yield (FAST, FAST + GENERAL) if request.param == "window" else (PLANE, PLANE)
 
 
 @pytest.mark.parametrize("spatial", [1, 2, 3])
-def test_max_pool_indices_take_the_gather(spatial, launched, device):
+def test_max_pool_indices_take_the_fast_path(spatial, launched, device, fast):
     rng = np.random.default_rng(70 + spatial)
     queue = clpool.default_queue(device)
     for _ in range(4):
@@ -138,12 +151,13 @@ def test_max_pool_indices_take_the_gather(spatial, launched, device):
             launched.clear()
             got = OURS[spatial](yy, ii, k, s, p, size)
             got = got.get() if isinstance(got, cla.Array) else got.numpy()
-            assert same_bits(got, want) and [n for n, _ in launched] == FAST, (k, s, p)
+            assert same_bits(got, want) and [n for n, _ in launched] == fast[0], (k, s, p)
 
 
-def test_an_index_outside_its_window_falls_back(launched, device):
+def test_an_index_outside_its_window_falls_back(launched, device, fast):
     """One index outside its input's window (inside the output): the gather flags it and
-    clear, claim and scatter rewrite the whole output, on host and device inputs."""
+    clear, claim and scatter rewrite the whole output, on host and device inputs (one
+    work-item per plane needs no second pass)."""
     rng = np.random.default_rng(8)
     queue = clpool.default_queue(device)
     x, y, i = _pooled_k2(rng)
@@ -157,7 +171,7 @@ def test_an_index_outside_its_window_falls_back(launched, device):
             launched.clear()
             got = clpool.max_unpool2d(yy, ii, 2, 2, 0, x.shape[-2:])
             got = got.get() if isinstance(got, cla.Array) else got.numpy()
-            assert same_bits(got, want) and [n for n, _ in launched] == FAST + GENERAL, where
+            assert same_bits(got, want) and [n for n, _ in launched] == fast[1], where
         compared.append((want, F.max_unpool2d(y, bad, 2, 2, 0, x.shape[-2:])))
     _agrees_with_torch(*compared)
 
@@ -172,9 +186,9 @@ def _pooled_k2(rng):
     return (x, *F.max_pool2d(x, 2, 2, return_indices=True))
 
 
-def test_an_index_outside_the_output_is_flagged_by_the_gather(launched, device):
-    """A device index outside the output, the others inside their windows: the gather's
-    flag raises, with no fallback."""
+def test_an_index_outside_the_output_is_flagged_by_the_fast_path(launched, device, fast):
+    """A device index outside the output, the others inside their windows: the fast
+    path's flag raises, with no fallback."""
     queue = clpool.default_queue(device)
     x, y, i = _pooled_k2(np.random.default_rng(9))
     for bad_index in (-1, 80, 2**40):
@@ -184,7 +198,7 @@ def test_an_index_outside_the_output_is_flagged_by_the_gather(launched, device):
         with pytest.raises(PoolArgumentError, match="invalid max index") as info:
             clpool.max_unpool2d(*_host_and_device(queue, y, bad)[1], 2)
         check_error(info, "max_unpool2d", device, "float32")
-        assert [n for n, _ in launched] == FAST
+        assert [n for n, _ in launched] == fast[0]
 
 
 def test_the_later_of_two_named_in_reverse_order_wins():
