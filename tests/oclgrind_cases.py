@@ -26,8 +26,8 @@ CPU kernels: the max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAP
 clpool_contiguous (non-contiguous device arrays), adaptive_max_pool_forward (with and
 without indices, int32 and int64) and adaptive_max_pool_backward and its `_plane` twin
 (including indices outside the volume), max_unpool_clear/claim/scatter/gather
-(unpool_cases), max_unpool_flag_clear/window (unpool_window_cases), in float32 and
-float64; and a few of them in bfloat16 (bfloat16_cases).
+(unpool_cases), max_unpool_flag_clear/window/plane (unpool_window_cases), in float32
+and float64; and a few of them in bfloat16 (bfloat16_cases).
 """
 
 from __future__ import annotations
@@ -452,8 +452,9 @@ UNPOOL_WINDOWS = [
 
 
 def unpool_window_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
-    """max_unpool_flag_clear and max_unpool_window: indices inside their inputs' windows,
-    often naming one output (the later input wins), int64 and int32."""
+    """max_unpool_flag_clear, max_unpool_window and max_unpool_plane: indices inside their
+    inputs' windows, often naming one output (the later input wins), and the same
+    reversed along rows (the gather falls back); int64 and int32."""
     from clpool import unpool
 
     for seed, (name, shape, k, s, p, size) in enumerate(UNPOOL_WINDOWS):
@@ -469,11 +470,20 @@ def unpool_window_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]
             at.append(lo + rng.integers(0, 1 << 20, shape) % (hi - lo))
         idx = np.ravel_multi_index(tuple(at), out_sizes)
         forward = getattr(unpool, f"max_unpool{n}d")
-        for index in (np.int64, np.int32):
-            i = idx.astype(index)
-            yield (f"max_unpool{n}d/window-{name}/{np.dtype(index).name}",
-                   lambda x=x, i=i, a=(k, s, p, size), f=forward: f(x, i, *a),
-                   lambda x=x, i=i, a=(k, s, p, size), n=n: ref.max_unpool(x, i, n, *a))
+        # the gather, one work-item per plane, and the gather's fallback (reversed rows:
+        # indices outside their windows)
+        paths = (("window", False, idx), ("plane", True, idx),
+                 ("fallback", False, idx[..., ::-1].copy()))  # fmt: skip
+        for path, per_plane, chosen in paths:
+            for index in (np.int64, np.int32):
+                i = chosen.astype(index)
+
+                def run(x=x, i=i, a=(k, s, p, size), f=forward, per_plane=per_plane):
+                    with policy.use(per_plane=per_plane):
+                        return f(x, i, *a)
+
+                yield (f"max_unpool{n}d/{path}-{name}/{np.dtype(index).name}", run,
+                       lambda x=x, i=i, a=(k, s, p, size), n=n: ref.max_unpool(x, i, n, *a))
 
 
 FAMILIES += (unpool_window_cases,)
