@@ -263,8 +263,8 @@ def max_unpool1d(
 ) -> Tensor:
     """1-D max unpooling, as torch.nn.functional.max_unpool1d: zeros, with input[i] at
     indices[i] along L (the later input where two name one element). Host indices are
-    checked before the launch; device (pyopencl Array) indices are checked by the kernel,
-    and reading its flag waits for the op to finish."""
+    checked before the launch, device (pyopencl Array) indices by the kernel; every call
+    reads the kernel's flag back, so it waits for the op to finish."""
     window = (kernel_size, stride, padding, output_size)
     return _unpool(1, input, indices, window, device, queue, out)
 
@@ -283,8 +283,9 @@ def max_unpool2d(
 ) -> Tensor:
     """2-D max unpooling, as torch.nn.functional.max_unpool2d: zeros, with input[i] at the
     flat h * W + w index indices[i] of its output plane (the later input where two name
-    one element). Host indices are checked before the launch; device (pyopencl Array)
-    indices are checked by the kernel, and reading its flag waits for the op to finish."""
+    one element). Host indices are checked before the launch, device (pyopencl Array)
+    indices by the kernel; every call reads the kernel's flag back, so it waits for the op
+    to finish."""
     window = (kernel_size, stride, padding, output_size)
     return _unpool(2, input, indices, window, device, queue, out)
 
@@ -303,9 +304,9 @@ def max_unpool3d(
 ) -> Tensor:
     """3-D max unpooling, as torch.nn.functional.max_unpool3d: zeros, with input[i] at the
     flat (d * H + h) * W + w index indices[i] of its output volume (the later input where
-    two name one element). Host indices are checked before the launch; device (pyopencl
-    Array) indices are checked by the kernel, and reading its flag waits for the op to
-    finish."""
+    two name one element). Host indices are checked before the launch, device (pyopencl
+    Array) indices by the kernel; every call reads the kernel's flag back, so it waits for
+    the op to finish."""
     window = (kernel_size, stride, padding, output_size)
     return _unpool(3, input, indices, window, device, queue, out)
 

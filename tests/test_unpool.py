@@ -2,7 +2,9 @@
 reference: indices from max_pool*d and hand-made ones with duplicates (the later input
 wins), output_size's forms and errors, indices outside the output (host: refused before
 launch; device: flagged, nothing written outside), dtypes, unbatched and empty batches,
-bit-identical runs, and clpool.torch's functions and modules."""
+bit-identical runs, and clpool.torch's functions and modules; which path a call takes
+(the window gather, one work-item per plane, the fallback for indices outside their
+windows) and that each gives the same bits."""
 
 from __future__ import annotations
 
