@@ -126,9 +126,11 @@ def _planner(where: Where, arrays: tuple, spatial: int, window: tuple, device, q
 
 
 def _gathers(spatial: int, window: tuple, op: int) -> bool:
-    """Whether the window gather can run: its in-plane arithmetic fits 32-bit ints."""
+    """Whether the fast path can run: windows of one element or more, strides of one or
+    more (1-D and 2-D unpooling take 0), and the gather's in-plane arithmetic in 32-bit
+    ints."""
     k, s, _ = _window(spatial, *window[:3])
-    return op + 2 * (max(k) + max(s)) < 2**31
+    return min(*k, *s) > 0 and op + 2 * (max(k) + max(s)) < 2**31
 
 
 def _axes(sizes: tuple[int, ...], out_sizes: tuple[int, ...], window: tuple) -> dict:

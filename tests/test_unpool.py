@@ -479,3 +479,15 @@ def test_bad_dtypes_and_sizes_are_refused(device):
             clpool.max_unpool2d(bad, i, 2)
     with pytest.raises(PoolArgumentError, match="largest allocation"):  # (2^30 + 2)^2 floats
         clpool.max_unpool2d(np.zeros((1, 1, 2, 2), np.float32), i, 2, stride=2**30)
+
+
+def test_a_stride_of_zero_takes_the_general_path(launched):
+    """1-D and 2-D unpooling take stride 0 (as ATen does): no window gather divides by it."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 2, 3, 3)).astype(np.float32)
+    i = rng.integers(0, 2, x.shape)
+    for stride in (0, (1, 0)):
+        want = F.max_unpool2d(torch.from_numpy(x), torch.from_numpy(i), 2, stride).numpy()
+        launched.clear()
+        assert same_bits(clpool.max_unpool2d(x, i, 2, stride), want)
+        assert [n for n, _ in launched] == GENERAL
