@@ -491,3 +491,13 @@ def test_a_stride_of_zero_takes_the_general_path(launched):
         launched.clear()
         assert same_bits(clpool.max_unpool2d(x, i, 2, stride), want)
         assert [n for n, _ in launched] == GENERAL
+
+
+def test_bfloat16_on_every_path(fast):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    for x, i, k, s, p, size in _window_cases(2):
+        x = x.astype(ml_dtypes.bfloat16)
+        for indices in (i, i[..., ::-1].copy()):  # the fast path, and outside the windows
+            want = ref.max_unpool(x.astype(np.float32), indices, 2, k, s, p, size)
+            got = clpool.max_unpool2d(x, indices, k, s, p, size)
+            assert got.dtype == x.dtype and same_bits(got, want.astype(ml_dtypes.bfloat16))
