@@ -170,10 +170,10 @@ def _plan_forward(
     return p.plan("x", "indices")
 
 
-def _flag(flag: cla.Array) -> int:
+def _flag(queue: cl.CommandQueue, flag: cla.Array) -> int:
     """The bits the kernels set in `flag`, once they are done."""
     got = np.empty(1, np.int32)
-    cl.enqueue_copy(flag.queue, got, flag.base_data, wait_for=flag.events, is_blocking=True)
+    cl.enqueue_copy(queue, got, flag.data, wait_for=flag.events, is_blocking=True)
     return int(got[0])
 
 
@@ -231,11 +231,11 @@ def _unpool(spatial: int, input, indices, window: tuple, device, queue, out) -> 
         if _gathers(spatial, window, op):
             given = None if got is None else (got, flag)
             got, flag = ops._run(label, _plan_forward, arrays, (*params, True), q, given, 2)
-            bits = _flag(flag) if work else 0
+            bits = _flag(q, flag) if work else 0
         if bits & 2:
-            given = None if got is None else (got, _scratch(q, (planes * op,), np.int32), flag)
-            got, _, flag = ops._run(label, _plan_forward, arrays, (*params, False), q, given, 3)
-            bits = _flag(flag) if work else 0
+            owned = None if got is None else (got, _scratch(q, (planes * op,), np.int32), flag)
+            got, _, flag = ops._run(label, _plan_forward, arrays, (*params, False), q, owned, 3)
+            bits = _flag(q, flag) if work else 0
         if bits & 1:
             raise _bad(_invalid(None, out_shape[-spatial:]))
         if not host:
