@@ -84,8 +84,10 @@ def _calls(
 
 
 def _unpool_calls(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray], windows: tuple):
-    """max_unpool2d (clear, claim, scatter) of max pooling's result back to x's size, and
-    its gradient (gather), over `windows`: bit-exact copies."""
+    """max_unpool2d of max pooling's result back to x's size (the fast path: the window
+    gather, or one work-item per plane), the same with indices in reverse (outside their
+    windows: clear, claim and scatter after the gather), and its gradient (gather), over
+    `windows`: bit-exact copies."""
     for k, s, p in windows:
         pooled, idx = ref.max_pool2d_with_indices(x, k, s, p)
         pooled = pooled.astype(x.dtype)
@@ -94,6 +96,13 @@ def _unpool_calls(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray], win
             f"max_unpool2d k{k} s{s} p{p}",
             unpool.max_unpool2d(pooled, idx, k, s, p, size),
             ref.max_unpool(pooled, idx, 2, k, s, p, size).astype(x.dtype),
+            True,
+        )
+        back = idx[..., ::-1, ::-1].copy()
+        yield (
+            f"max_unpool2d k{k} s{s} p{p}, indices reversed",
+            unpool.max_unpool2d(pooled, back, k, s, p, size),
+            ref.max_unpool(pooled, back, 2, k, s, p, size).astype(x.dtype),
             True,
         )
         grad = g(x.shape)

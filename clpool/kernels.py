@@ -28,6 +28,9 @@ _AVG_SIZES = _ints(
 )  # fmt: skip
 _ADAPTIVE_SIZES = _ints("H", "W", "OH", "OW")
 _UNPOOL_SIZES = (("IP", LONG), ("OP", LONG))  # unpool.cl: flat input and output planes
+_UNPOOL_WINDOW_SIZES = _ints(
+    "ID", "IH", "IW", "OD", "OH", "OW", "kd", "kh", "kw", "sd", "sh", "sw", "pd", "ph", "pw"
+)  # unpool.cl: the window gather's axes
 _ADAPTIVE_MAX_SIZES = _ints("D", "H", "W", "OD", "OH", "OW")
 _CONTIGUOUS = (
     ("in", GLOBAL), ("out", GLOBAL), ("offset", LONG), *_ints("C", "D", "H", "W"),
@@ -58,6 +61,22 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
         ("scratch", LOCAL),
     ),
     "adaptive_avg_pool2d_plane": (("x", GLOBAL), ("out", GLOBAL), ("HW", LONG)),
+    "max_unpool_flag_clear": (("flag", GLOBAL),),
+    "max_unpool_window": (
+        ("x", GLOBAL),
+        ("indices", GLOBAL),
+        ("out", GLOBAL),
+        ("flag", GLOBAL),
+        *_UNPOOL_SIZES,
+        *_UNPOOL_WINDOW_SIZES,
+    ),
+    "max_unpool_plane": (
+        ("x", GLOBAL),
+        ("indices", GLOBAL),
+        ("out", GLOBAL),
+        ("flag", GLOBAL),
+        *_UNPOOL_SIZES,
+    ),
     "max_unpool_clear": (("out", GLOBAL), ("owner", GLOBAL), ("flag", GLOBAL), *_UNPOOL_SIZES),
     "max_unpool_claim": (("indices", GLOBAL), ("owner", GLOBAL), ("flag", GLOBAL), *_UNPOOL_SIZES),
     "max_unpool_scatter": (

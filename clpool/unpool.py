@@ -25,6 +25,13 @@ def _bad(reason: str) -> Problem:
     return Problem(PoolArgumentError, reason)
 
 
+def _window(n: int, kernel_size, stride, padding) -> tuple[tuple[int, ...], ...]:
+    """kernel_size, stride (kernel_size where None or ()) and padding, `n` ints each."""
+    k = shapes.sizes(kernel_size, "kernel_size", n)
+    s = k if stride is None or stride == () else shapes.sizes(stride, "stride", n)
+    return k, s, shapes.sizes(padding, "padding", n)
+
+
 def unpool_output(
     spatial: tuple[int, ...], kernel_size, stride, padding, output_size
 ) -> tuple[int, ...]:
@@ -33,9 +40,7 @@ def unpool_output(
     without its (N, C) sizes) must lie strictly between default - stride and default +
     stride; no size may be negative."""
     n = len(spatial)
-    k = shapes.sizes(kernel_size, "kernel_size", n)
-    s = k if stride is None or stride == () else shapes.sizes(stride, "stride", n)
-    p = shapes.sizes(padding, "padding", n)
+    k, s, p = _window(n, kernel_size, stride, padding)
     if n == 3 and min(s) <= 0:
         raise _bad(f"strides should be greater than zero, but got stride: {list(s)}")
     default = tuple(
@@ -120,16 +125,56 @@ def _planner(where: Where, arrays: tuple, spatial: int, window: tuple, device, q
     return p, out_shape, planes, ip, op
 
 
-def _plan_forward(where: Where, arrays: tuple, spatial: int, window: tuple, device, queue):
+def _gathers(spatial: int, window: tuple, op: int) -> bool:
+    """Whether the fast path can run: windows of one element or more, strides of one or
+    more (1-D and 2-D unpooling take 0), and the gather's in-plane arithmetic in 32-bit
+    ints."""
+    k, s, _ = _window(spatial, *window[:3])
+    return min(*k, *s) > 0 and op + 2 * (max(k) + max(s)) < 2**31
+
+
+def _axes(sizes: tuple[int, ...], out_sizes: tuple[int, ...], window: tuple) -> dict:
+    """max_unpool_window's per-axis sizes (ID ... pw), a missing axis of side 1."""
+    k, s, p = _window(len(sizes), *window[:3])
+    pad = 3 - len(sizes)
+    axes = {"I": sizes, "O": out_sizes, "k": k, "s": s, "p": p}
+    return {
+        f"{name}{axis if name.isupper() else axis.lower()}": v
+        for name, values in axes.items()
+        for axis, v in zip("DHW", (0 if name == "p" else 1,) * pad + tuple(values), strict=True)
+    }
+
+
+def _plan_forward(
+    where: Where, arrays: tuple, spatial: int, window: tuple, device, gather: bool, queue
+):
+    """The fast path's plan (outputs out and flag): the window gather, or on a CPU one
+    work-item per plane; or clear, claim and scatter's (out, owner and flag)."""
     p, out_shape, planes, ip, op = _planner(where, arrays, spatial, window, device, queue)
     p.output("out", out_shape)
-    p.output("owner", (planes * op,), np.dtype(np.int32))
+    if not gather:
+        p.output("owner", (planes * op,), np.dtype(np.int32))
     p.output("flag", (1,), np.dtype(np.int32))
-    if planes and op:
+    if planes and op and gather and p.policy.by_plane(p.rt.device, p.dtype, planes):
+        p.step("max_unpool_flag_clear", (1, 1, 1))
+        p.step("max_unpool_plane", (planes,), local=(1,), IP=ip, OP=op)
+    elif planes and op and gather:
+        axes = _axes(tuple(p.arrays[0].shape[-spatial:]), out_shape[-spatial:], window)
+        p.step("max_unpool_flag_clear", (1, 1, 1))
+        rows = axes["ID"] * axes["IH"]
+        p.step("max_unpool_window", (axes["IW"], rows, planes), IP=ip, OP=op, **axes)
+    elif planes and op:
         p.step("max_unpool_clear", (op, 1, planes), IP=ip, OP=op)
         p.step("max_unpool_claim", (ip, 1, planes), IP=ip, OP=op)
         p.step("max_unpool_scatter", (ip, 1, planes), IP=ip, OP=op)
     return p.plan("x", "indices")
+
+
+def _flag(queue: cl.CommandQueue, flag: cla.Array) -> int:
+    """The bits the kernels set in `flag`, once they are done."""
+    got = np.empty(1, np.int32)
+    cl.enqueue_copy(queue, got, flag.data, wait_for=flag.events, is_blocking=True)
+    return int(got[0])
 
 
 def _queue(device: object, queue: object, out: object, arrays: tuple) -> cl.CommandQueue:
@@ -176,13 +221,23 @@ def _unpool(spatial: int, input, indices, window: tuple, device, queue, out) -> 
             bad = (idx < 0) | (idx >= op)
             if bad.any():
                 raise _bad(_invalid(int(idx[bad].flat[0]), out_shape[-spatial:]))
-        given = out if out is not None else _scratch(q, out_shape, x.dtype)
-        scratch = (_scratch(q, (planes * op,), np.int32), _scratch(q, (1,), np.int32))
-        params = (spatial, window, device)
-        got = ops._run(label, _plan_forward, arrays, params, q, (given, *scratch), results=3)[0]
-        if work and isinstance(idx, cla.Array) and scratch[1].get()[0]:
-            raise _bad(_invalid(None, out_shape[-spatial:]))
         host = queue is None and out is None and not any(isinstance(a, cla.Array) for a in arrays)
+        # device results of our own: the plan allocates them (no scratch arrays)
+        mine = out is None and not host
+        got = out if out is not None or mine else _scratch(q, out_shape, x.dtype)
+        flag = None if got is None else _scratch(q, (1,), np.int32)
+        params = (spatial, window, device)
+        bits = 2  # bit 2: an index outside its window, so clear, claim and scatter
+        if _gathers(spatial, window, op):
+            given = None if got is None else (got, flag)
+            got, flag = ops._run(label, _plan_forward, arrays, (*params, True), q, given, 2)
+            bits = _flag(q, flag) if work else 0
+        if bits & 2:
+            owned = None if got is None else (got, _scratch(q, (planes * op,), np.int32), flag)
+            got, _, flag = ops._run(label, _plan_forward, arrays, (*params, False), q, owned, 3)
+            bits = _flag(q, flag) if work else 0
+        if bits & 1:
+            raise _bad(_invalid(None, out_shape[-spatial:]))
         if not host:
             return got
         result = got.get()
@@ -210,8 +265,8 @@ def max_unpool1d(
 ) -> Tensor:
     """1-D max unpooling, as torch.nn.functional.max_unpool1d: zeros, with input[i] at
     indices[i] along L (the later input where two name one element). Host indices are
-    checked before the launch; device (pyopencl Array) indices are checked by the kernel,
-    and reading its flag waits for the op to finish."""
+    checked before the launch, device (pyopencl Array) indices by the kernel; every call
+    reads the kernel's flag back, so it waits for the op to finish."""
     window = (kernel_size, stride, padding, output_size)
     return _unpool(1, input, indices, window, device, queue, out)
 
@@ -230,8 +285,9 @@ def max_unpool2d(
 ) -> Tensor:
     """2-D max unpooling, as torch.nn.functional.max_unpool2d: zeros, with input[i] at the
     flat h * W + w index indices[i] of its output plane (the later input where two name
-    one element). Host indices are checked before the launch; device (pyopencl Array)
-    indices are checked by the kernel, and reading its flag waits for the op to finish."""
+    one element). Host indices are checked before the launch, device (pyopencl Array)
+    indices by the kernel; every call reads the kernel's flag back, so it waits for the op
+    to finish."""
     window = (kernel_size, stride, padding, output_size)
     return _unpool(2, input, indices, window, device, queue, out)
 
@@ -250,9 +306,9 @@ def max_unpool3d(
 ) -> Tensor:
     """3-D max unpooling, as torch.nn.functional.max_unpool3d: zeros, with input[i] at the
     flat (d * H + h) * W + w index indices[i] of its output volume (the later input where
-    two name one element). Host indices are checked before the launch; device (pyopencl
-    Array) indices are checked by the kernel, and reading its flag waits for the op to
-    finish."""
+    two name one element). Host indices are checked before the launch, device (pyopencl
+    Array) indices by the kernel; every call reads the kernel's flag back, so it waits for
+    the op to finish."""
     window = (kernel_size, stride, padding, output_size)
     return _unpool(3, input, indices, window, device, queue, out)
 

@@ -4,7 +4,8 @@
  * (batch, channel) planes. Where two inputs name one output, the later input wins, as on
  * PyTorch's CPU: an owner map holds, per output, the largest input position that names
  * it (atomic_max on 32-bit ints, core OpenCL 1.1), and only that input writes. An index
- * outside [0, OP) is skipped and sets flag[0]. */
+ * outside [0, OP) is skipped and sets flag[0]. Where every index lies in its input's
+ * window, max_unpool_window gathers instead, with no owner map and no atomics. */
 
 #include "clpool.h"
 
@@ -19,6 +20,104 @@
     if ((long)i >= (extent))                                                        \
         return;                                                                     \
     long in0 = PLANE_ID() * IP, out0 = PLANE_ID() * OP
+
+/* The sizes of the window gather besides UNPOOL_SIZES: per axis (depth, height, width;
+ * 1, 1, 0 on an axis the op lacks) the input's and the output's sides and the window's
+ * kernel size, stride and padding. */
+#define UNPOOL_WINDOW_SIZES                                                         \
+    int ID, int IH, int IW, int OD, int OH, int OW, int kd, int kh, int kw, int sd, \
+    int sh, int sw, int pd, int ph, int pw
+
+/* Per axis: the outputs an input is the latest reaching input of, at most (a window's
+ * stride; the last input's run reaches the output's end), and the inputs whose windows
+ * hold one output, at most. Uniform loop counts: a CPU driver vectorises across
+ * work-items. */
+#define RUN(n, s, p, O) max((s), (O) - ((n) - 1) * (s) + (p))
+#define REACH(k, s) (((k) + (s) - 1) / (s))
+
+/* The end of input o's run of outputs along an axis (of n inputs, O outputs). */
+#define RUN_END(o, n, s, p, O) ((o) == (n) - 1 ? (O) : min((o) * (s) - (p) + (s), (O)))
+
+/* Whether output a lies outside input o's window [o * s - p, o * s - p + k). */
+#define OUTSIDE(a, o, k, s, p) ((a) < (o) * (s) - (p) || (a) >= (o) * (s) - (p) + (k))
+
+/* flag = 0, before max_unpool_window. */
+__kernel void max_unpool_flag_clear(__global int *restrict flag)
+{
+    flag[0] = 0;
+}
+
+/* The fast path, one work-item per input (dimension 0 its column, 1 its row of depth *
+ * height). It writes the outputs it is the latest reaching input of: each the latest
+ * input whose window holds it and whose index names it, else 0. That is the unpooling
+ * where every index lies in its own input's window (as max_pool's with the same window
+ * do). Its index sets flag bit 1 outside the plane, bit 2 outside its window (then the
+ * caller runs clear, claim and scatter instead). Planes of fewer than 2^31 elements. */
+__kernel void max_unpool_window(__global const elem_t *restrict x,
+                                __global const index_t *restrict indices,
+                                __global elem_t *restrict out, __global int *restrict flag,
+                                UNPOOL_SIZES, UNPOOL_WINDOW_SIZES)
+{
+    int ow = (int)get_global_id(0), row = (int)get_global_id(1);
+    if (ow >= IW || row >= ID * IH)
+        return;
+    int od = ID == 1 ? 0 : row / IH, oh = row - od * IH;
+    long in0 = PLANE_ID() * IP, out0 = PLANE_ID() * OP;
+    index_t at = indices[in0 + (long)row * IW + ow];
+    if (at < 0 || (long)at >= OP) {
+        atomic_or((volatile __global int *)flag, 1);
+    } else {
+        int a = (int)at, ad = OD == 1 ? 0 : a / (OH * OW), ah = (a - ad * OH * OW) / OW;
+        if (OUTSIDE(ad, od, kd, sd, pd) || OUTSIDE(ah, oh, kh, sh, ph) ||
+            OUTSIDE(a - (ad * OH + ah) * OW, ow, kw, sw, pw))
+            atomic_or((volatile __global int *)flag, 2);
+    }
+    int d1 = RUN_END(od, ID, sd, pd, OD), h1 = RUN_END(oh, IH, sh, ph, OH);
+    int w1 = RUN_END(ow, IW, sw, pw, OW);
+    for (int u = 0; u < RUN(ID, sd, pd, OD); ++u)
+        for (int v = 0; v < RUN(IH, sh, ph, OH); ++v)
+            for (int w = 0; w < RUN(IW, sw, pw, OW); ++w) {
+                int jd = od * sd - pd + u, jh = oh * sh - ph + v, jw = ow * sw - pw + w;
+                if (jd < 0 || jd >= d1 || jh < 0 || jh >= h1 || jw < 0 || jw >= w1)
+                    continue;
+                int j = (jd * OH + jh) * OW + jw;
+                long found = -1; /* the candidates from the latest, as the later input wins */
+                for (int bd = 0; bd < REACH(kd, sd); ++bd) /* inputs back along each axis */
+                    for (int bh = 0; bh < REACH(kh, sh); ++bh)
+                        for (int bw = 0; bw < REACH(kw, sw); ++bw) {
+                            int cd = od - bd, ch = oh - bh, cw = ow - bw;
+                            long i = in0 + ((long)cd * IH + ch) * IW + cw;
+                            if (found < 0 && cd >= 0 && ch >= 0 && cw >= 0 &&
+                                cd * sd - pd + kd > jd && ch * sh - ph + kh > jh &&
+                                cw * sw - pw + kw > jw && indices[i] == j)
+                                found = i;
+                        }
+                STORE(out, out0 + j, found < 0 ? (acc_t)0 : LOAD(x, found));
+            }
+}
+
+/* The CPU's fast path, one work-item per plane: zeros, then each input in order writes
+ * at its index (so the later input wins, wherever the indices lie); an index outside
+ * the plane is skipped and sets flag bit 1. */
+__kernel void max_unpool_plane(__global const elem_t *restrict x,
+                               __global const index_t *restrict indices,
+                               __global elem_t *restrict out, __global int *restrict flag,
+                               UNPOOL_SIZES)
+{
+    long in0 = (long)get_global_id(0) * IP, out0 = (long)get_global_id(0) * OP;
+    for (long o = 0; o < OP; ++o)
+        STORE(out, out0 + o, (acc_t)0);
+    int bad = 0;
+    for (long i = 0; i < IP; ++i) {
+        index_t at = indices[in0 + i];
+        if (at < 0 || (long)at >= OP)
+            bad = 1;
+        else
+            STORE(out, out0 + at, LOAD(x, in0 + i));
+    }
+    if (bad)
+        atomic_or((volatile __global int *)flag, 1);
+}
 
 /* out = 0, owner = -1 (no input yet), flag = 0. */
 __kernel void max_unpool_clear(__global elem_t *restrict out, __global int *restrict owner,

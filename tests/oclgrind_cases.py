@@ -28,8 +28,8 @@ nhwc/ cases), clpool_contiguous (launched directly, and by the 3-D and adaptive 
 on strided 5-D arrays), adaptive_max_pool_forward (with and without indices, int32 and
 int64) and adaptive_max_pool_backward and its `_plane` twin (including indices outside the
 volume), max_unpool_clear/claim/scatter/gather (unpool_cases) and the 3-D kernels of
-pool3d.cl (WINDOWS_3D), in float32 and float64; and a few of them in bfloat16
-(bfloat16_cases).
+pool3d.cl (WINDOWS_3D), max_unpool_flag_clear/window/plane (unpool_window_cases), in
+float32 and float64; and a few of them in bfloat16 (bfloat16_cases).
 """
 
 from __future__ import annotations
@@ -529,6 +529,52 @@ def unpool_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 
 
 FAMILIES += (unpool_cases,)
+
+# (name, shape, kernel_size, stride, padding, output_size): max unpooling whose indices lie
+# in their own windows (the window gather alone), windows overlapping where k > s
+UNPOOL_WINDOWS = [
+    ("1d-overlap", (1, 2, 6), 3, 1, 1, None),
+    ("2d-pad", (1, 2, 3, 4), 3, 2, 1, (6, 7)),
+    ("3d-run-to-end", (1, 1, 2, 2, 3), 2, None, 0, (5, 4, 7)),
+]
+
+
+def unpool_window_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    """max_unpool_flag_clear, max_unpool_window and max_unpool_plane: indices inside their
+    inputs' windows, often naming one output (the later input wins), and the same
+    reversed along rows (the gather falls back); int64 and int32."""
+    from clpool import unpool
+
+    for seed, (name, shape, k, s, p, size) in enumerate(UNPOOL_WINDOWS):
+        n = len(shape) - 2
+        x = _data(shape, dtype, 1000 + seed)
+        ks, ss, ps = unpool._window(n, k, s, p)
+        out_sizes = ref.unpool_size(shape, n, k, s, p, size)[-n:]
+        rng = np.random.default_rng(seed)
+        at = []  # per axis, an output inside each input's window
+        for axis, (o, kk, st, pp) in enumerate(zip(out_sizes, ks, ss, ps, strict=True)):
+            start = (np.arange(shape[2 + axis]) * st - pp).reshape((-1,) + (1,) * (n - axis - 1))
+            lo, hi = np.maximum(start, 0), np.minimum(start + kk, o)
+            at.append(lo + rng.integers(0, 1 << 20, shape) % (hi - lo))
+        idx = np.ravel_multi_index(tuple(at), out_sizes)
+        forward = getattr(unpool, f"max_unpool{n}d")
+        # the gather, one work-item per plane, and the gather's fallback (reversed rows:
+        # indices outside their windows)
+        paths = (("window", False, idx), ("plane", True, idx),
+                 ("fallback", False, idx[..., ::-1].copy()))  # fmt: skip
+        for path, per_plane, chosen in paths:
+            for index in (np.int64, np.int32):
+                i = chosen.astype(index)
+
+                def run(x=x, i=i, a=(k, s, p, size), f=forward, per_plane=per_plane):
+                    with policy.use(per_plane=per_plane):
+                        return f(x, i, *a)
+
+                yield (f"max_unpool{n}d/{path}-{name}/{np.dtype(index).name}", run,
+                       lambda x=x, i=i, a=(k, s, p, size), n=n: ref.max_unpool(x, i, n, *a))
+
+
+FAMILIES += (unpool_window_cases,)
 TINY = {"bfloat16": (bfloat16_cases,)}  # dtypes that run only their own few cases
 
 # (name, shape, kernel_size, stride, padding, dilation, ceil_mode) of the 3-D ops; the avg

@@ -2,9 +2,13 @@
 reference: indices from max_pool*d and hand-made ones with duplicates (the later input
 wins), output_size's forms and errors, indices outside the output (host: refused before
 launch; device: flagged, nothing written outside), dtypes, unbatched and empty batches,
-bit-identical runs, and clpool.torch's functions and modules."""
+bit-identical runs, and clpool.torch's functions and modules; which path a call takes
+(the window gather, one work-item per plane, the fallback for indices outside their
+windows) and that each gives the same bits."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import numpy as np
 import pyopencl as cl
@@ -69,10 +73,134 @@ def test_duplicates_the_later_input_wins_as_torch(spatial):
     shape = (2, 3, *([4, 3, 5][:spatial]))
     sizes = tuple(v * 2 for v in shape[2:])
     x, i = _duplicates(rng, spatial, shape, sizes)
-    want = UNPOOL[spatial](torch.from_numpy(x), torch.from_numpy(i), 2).numpy()
+    want = ref.max_unpool(x, i, spatial, 2)
     np.testing.assert_array_equal(OURS[spatial](x, i, 2), want)
     np.testing.assert_array_equal(OURS[spatial](x, i.astype(np.int32), 2), want)
-    np.testing.assert_array_equal(ref.max_unpool(x, i, spatial, 2), want)
+    _agrees_with_torch((want, UNPOOL[spatial](torch.from_numpy(x), torch.from_numpy(i), 2)))
+
+
+def _agrees_with_torch(*compared: tuple) -> None:
+    """Each (reference result, torch's) pair agrees, unless this torch's CPU max_unpool
+    lets an earlier input win where two name one output (some versions do): then skip."""
+    for want, theirs in compared:
+        if not np.array_equal(theirs.numpy(), want):
+            pytest.skip(f"torch {torch.__version__}'s CPU max_unpool lets an earlier input win")
+
+
+def _window_cases(spatial: int):
+    """(x, indices, k, s, p, output size) with k > s, each index inside its own input's
+    window, many naming one output (inputs whose windows overlap)."""
+    rng = np.random.default_rng(60 + spatial)
+    for k, s, p in ((3, 1, 1), (3, 2, 1), (2, 1, 0), (4, 2, 2)):
+        sizes = tuple(int(v) for v in rng.integers(2, 6, spatial))
+        out_sizes = tuple((v - 1) * s + k - 2 * p for v in sizes)
+        shape = (2, 2, *sizes)
+        at = []  # per axis, an output in each input's window (clipped to the output)
+        for axis, (n, o) in enumerate(zip(sizes, out_sizes, strict=True)):
+            start = (np.arange(n) * s - p).reshape((n,) + (1,) * (spatial - axis - 1))
+            lo, hi = np.maximum(start, 0), np.minimum(start + k, o)
+            at.append(lo + rng.integers(0, 1 << 20, shape) % (hi - lo))
+        flat = np.ravel_multi_index(tuple(at), out_sizes)
+        x = rng.standard_normal(shape).astype(np.float32)
+        yield x, flat.astype(np.int64), k, s, p, out_sizes
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_overlapping_windows_the_later_input_wins_on_the_fast_path(spatial, launched, fast):
+    """Indices inside their windows take the window gather, which must walk an output's
+    inputs from the latest; the same indices shuffled (most outside their windows) take
+    clear, claim and scatter."""
+    rng = np.random.default_rng(80 + spatial)
+    compared = []
+    for x, i, k, s, p, size in _window_cases(spatial):
+        assert len(np.unique(i)) < i.size  # collisions
+        shuffled = rng.permutation(i.ravel()).reshape(i.shape)
+        for indices, kernels in zip((i, shuffled), fast, strict=True):
+            want = ref.max_unpool(x, indices, spatial, k, s, p, size).astype(np.float32)
+            for kind in (np.int64, np.int32):
+                launched.clear()
+                assert same_bits(OURS[spatial](x, indices.astype(kind), k, s, p, size), want)
+                assert [name for name, _ in launched] == kernels, (k, s, p)
+            theirs = UNPOOL[spatial](torch.from_numpy(x), torch.from_numpy(indices), k, s, p, size)
+            compared.append((want, theirs))
+    _agrees_with_torch(*compared)
+
+
+FAST = ["max_unpool_flag_clear", "max_unpool_window"]
+GENERAL = ["max_unpool_clear", "max_unpool_claim", "max_unpool_scatter"]
+PLANE = ["max_unpool_flag_clear", "max_unpool_plane"]
+
+
+@pytest.fixture(params=["window", "plane"])
+def fast(request) -> Iterator[tuple[list[str], list[str]]]:
+    """Under the window gather (a GPU's) or one work-item per plane (a CPU's): the kernels
+    indices inside their windows launch, and those others launch."""
+    from clpool import policy
+
+    with policy.use(per_plane=request.param == "plane"):
+        yield (FAST, FAST + GENERAL) if request.param == "window" else (PLANE, PLANE)
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_max_pool_indices_take_the_fast_path(spatial, launched, device, fast):
+    rng = np.random.default_rng(70 + spatial)
+    queue = clpool.default_queue(device)
+    for _ in range(4):
+        x, y, i, k, s, p = _pooled(rng, spatial)
+        size = x.shape[-spatial:]
+        want = UNPOOL[spatial](y, i, k, s, p, output_size=size).numpy()
+        for yy, ii in _host_and_device(queue, y, i):
+            launched.clear()
+            got = OURS[spatial](yy, ii, k, s, p, size)
+            got = got.get() if isinstance(got, cla.Array) else got.numpy()
+            assert same_bits(got, want) and [n for n, _ in launched] == fast[0], (k, s, p)
+
+
+def test_an_index_outside_its_window_falls_back(launched, device, fast):
+    """One index outside its input's window (inside the output): the gather flags it and
+    clear, claim and scatter rewrite the whole output, on host and device inputs (one
+    work-item per plane needs no second pass)."""
+    rng = np.random.default_rng(8)
+    queue = clpool.default_queue(device)
+    x, y, i = _pooled_k2(rng)
+    compared = []
+    for where in ((0, 0, 0, 0), (1, 2, 3, 4), (1, 2, -1, -1)):  # first, middle, last input
+        bad = i.clone()
+        bad[where] = i[0, 0, 2, 2]  # another window's output
+        want = ref.max_unpool(y.numpy(), bad.numpy(), 2, 2, 2, 0, x.shape[-2:])
+        want = want.astype(np.float32)
+        for yy, ii in _host_and_device(queue, y, bad):
+            launched.clear()
+            got = clpool.max_unpool2d(yy, ii, 2, 2, 0, x.shape[-2:])
+            got = got.get() if isinstance(got, cla.Array) else got.numpy()
+            assert same_bits(got, want) and [n for n, _ in launched] == fast[1], where
+        compared.append((want, F.max_unpool2d(y, bad, 2, 2, 0, x.shape[-2:])))
+    _agrees_with_torch(*compared)
+
+
+def _host_and_device(queue, *tensors) -> tuple[tuple, tuple]:
+    """The tensors as they are, and as device arrays on `queue`."""
+    return tensors, tuple(cla.to_device(queue, t.numpy()) for t in tensors)
+
+
+def _pooled_k2(rng):
+    x = torch.from_numpy(rng.standard_normal((2, 3, 8, 10)).astype(np.float32))
+    return (x, *F.max_pool2d(x, 2, 2, return_indices=True))
+
+
+def test_an_index_outside_the_output_is_flagged_by_the_fast_path(launched, device, fast):
+    """A device index outside the output, the others inside their windows: the fast
+    path's flag raises, with no fallback."""
+    queue = clpool.default_queue(device)
+    x, y, i = _pooled_k2(np.random.default_rng(9))
+    for bad_index in (-1, 80, 2**40):
+        bad = i.clone()
+        bad[1, 2, 3, 4] = bad_index
+        launched.clear()
+        with pytest.raises(PoolArgumentError, match="invalid max index") as info:
+            clpool.max_unpool2d(*_host_and_device(queue, y, bad)[1], 2)
+        check_error(info, "max_unpool2d", device, "float32")
+        assert [n for n, _ in launched] == fast[0]
 
 
 def test_the_later_of_two_named_in_reverse_order_wins():
@@ -351,3 +479,25 @@ def test_bad_dtypes_and_sizes_are_refused(device):
             clpool.max_unpool2d(bad, i, 2)
     with pytest.raises(PoolArgumentError, match="largest allocation"):  # (2^30 + 2)^2 floats
         clpool.max_unpool2d(np.zeros((1, 1, 2, 2), np.float32), i, 2, stride=2**30)
+
+
+def test_a_stride_of_zero_takes_the_general_path(launched):
+    """1-D and 2-D unpooling take stride 0 (as ATen does): no window gather divides by it."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 2, 3, 3)).astype(np.float32)
+    i = rng.integers(0, 2, x.shape)
+    for stride in (0, (1, 0)):
+        want = F.max_unpool2d(torch.from_numpy(x), torch.from_numpy(i), 2, stride).numpy()
+        launched.clear()
+        assert same_bits(clpool.max_unpool2d(x, i, 2, stride), want)
+        assert [n for n, _ in launched] == GENERAL
+
+
+def test_bfloat16_on_every_path(fast):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    for x, i, k, s, p, size in _window_cases(2):
+        x = x.astype(ml_dtypes.bfloat16)
+        for indices in (i, i[..., ::-1].copy()):  # the fast path, and outside the windows
+            want = ref.max_unpool(x.astype(np.float32), indices, 2, k, s, p, size)
+            got = clpool.max_unpool2d(x, indices, k, s, p, size)
+            assert got.dtype == x.dtype and same_bits(got, want.astype(ml_dtypes.bfloat16))
