@@ -344,6 +344,7 @@ def adaptive_max_pool_backward(grad_output, x, indices, rank: int) -> np.ndarray
         ok = (ind[:, k] >= 0) & (ind[:, k] < volume)
         rows = np.nonzero(ok)[0]
         grad[rows, ind[rows, k]] += g[rows, k]
+    return grad.reshape(shape)
 
 
 # ---------------------------------------------------------------- 3-D pooling
