@@ -405,6 +405,12 @@ def test_check_cli_bfloat16(device):
     report = json.loads(result.stdout)
     assert report["dtype"] == "bfloat16" and report["passed"]
     assert {r["tolerance"] for r in report["ops"]} == {TOL}
+    new_ops = {f"{op}{n}d{b}" for op in ("adaptive_max_pool", "max_unpool") for n in (1, 2, 3)
+               for b in ("", "_backward")}  # fmt: skip
+    new_ops |= {"max_pool3d", "max_pool3d_with_indices", "max_pool3d_with_indices_backward",
+                "avg_pool3d", "avg_pool3d_backward", "adaptive_avg_pool3d",
+                "adaptive_avg_pool3d_backward"}  # fmt: skip
+    assert new_ops <= {r["op"] for r in report["ops"]}
 
 
 def test_bench_bfloat16(device):
@@ -416,13 +422,26 @@ def test_bench_bfloat16(device):
     assert {r["dtype"] for r in rows} == {"bfloat16"} and rows[0]["bytes"] == 2 * (128 + 32)
 
 
-def test_canary_runs_bfloat16(device):
+NEW_FAMILIES_KERNELS = {
+    "max_pool3d_forward", "max_pool3d_backward", "avg_pool3d_forward", "avg_pool3d_backward",
+    "adaptive_avg_pool3d_forward", "adaptive_avg_pool3d_backward", "adaptive_max_pool_forward",
+    "adaptive_max_pool_backward", "max_unpool_clear", "max_unpool_claim", "max_unpool_scatter",
+    "max_unpool_gather",
+}  # fmt: skip
+
+
+def test_canary_runs_bfloat16(device, launched):
+    """The canary's bfloat16 stages run every kernel, the 3-D, adaptive max and unpooling
+    ones too (never a 16-bit backward per plane)."""
     from clpool import canary
 
     assert any(dt == BF16 for dt, *_ in canary.stages(device))
     with policy.use():
         canary.run(device, "bfloat16")
     assert discovery.select() is not None
+    ran = {name for name, dtype in launched if dtype == BF16}
+    assert ran >= NEW_FAMILIES_KERNELS, NEW_FAMILIES_KERNELS - ran
+    assert not {name for name in ran if "backward" in name and name.endswith("_plane")}
 
 
 def test_gpu_forms(build_options):
