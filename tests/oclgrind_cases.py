@@ -329,10 +329,15 @@ def plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 
 def bfloat16_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """bfloat16's tiny run: the first max and average windows (NaN, -inf and ties in the
-    max input), adaptive shrinking, a strided copy and the CPU kernels' 16-lane rows;
-    nothing for the other dtypes (FAMILIES covers them)."""
+    max input), adaptive shrinking, a strided copy and the CPU kernels' 16-lane rows; the
+    first 3-D window (every pool3d.cl kernel), the first adaptive max case (forward with and
+    without indices, backward) and the first unpooling case (clear, claim, scatter,
+    gather); nothing for the other dtypes (FAMILIES covers them)."""
     if dtype.name != "bfloat16":
         return
+    yield from islice(pool3d_cases(dtype), 9)  # the first window, every 3-D kernel
+    yield from islice(adaptive_max_cases(dtype), 3)  # values; int64 indices; backward
+    yield from islice(unpool_cases(dtype), 2)  # forward and backward, int64 indices
     yield from islice(max_cases(dtype), 3)  # values; with int64 indices; their backward
     yield from islice(avg_cases(dtype), 2)  # forward and backward
     yield from adaptive_cases(dtype, ADAPTIVE[:1])
