@@ -379,14 +379,17 @@ def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None
         return f"dtype {got.dtype}, want {dtype}"
     if name.split("/")[name.startswith(("plane/", "contiguous/"))] in (
             "max_pool2d", "max_pool2d_with_indices", "adaptive_max_pool1d",
-            "adaptive_max_pool2d", "adaptive_max_pool3d"):
-        # max pooling is exact: the reference value rounded to the dtype
+            "adaptive_max_pool2d", "adaptive_max_pool3d", "max_pool3d", "max_pool3d_with_indices",
+            *(f"max_unpool{n}d{b}" for n in (1, 2, 3) for b in ("", "_backward"))):
+        # max pooling and unpooling are exact: the reference value rounded to the dtype
         if not np.array_equal(got, want.astype(dtype), equal_nan=True):
             return f"values differ:\n{got}\nwant\n{want}"
         return None
-    rtol, atol = (1e-5, 1e-6) if dtype == np.float32 else (1e-12, 1e-13)
     if dtype.name == "bfloat16":  # clpool.check's bound, relative to max(|want|, 1)
-        rtol = atol = check.TOLERANCE["bfloat16"]
+        if check.error(got, want) > check.TOLERANCE["bfloat16"]:
+            return f"values differ:\n{got}\nwant\n{want}"
+        return None
+    rtol, atol = (1e-5, 1e-6) if dtype == np.float32 else (1e-12, 1e-13)
     if not np.allclose(got.astype(np.float64), want, rtol=rtol, atol=atol, equal_nan=True):
         return f"values differ:\n{got}\nwant\n{want}"
     return None
