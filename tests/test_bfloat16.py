@@ -678,6 +678,26 @@ def test_max_unpool_is_bit_exact_and_backward():
         assert np.array_equal(bits(back)[~nan], bits(t.grad)[~nan]), case
 
 
+def test_nan_payloads_in_the_new_families():
+    """Max pooling gives every NaN as 0x7FC0 (the float32 result rounded once), as torch's
+    max_pool3d and adaptive_max_pool1d/2d do; torch's adaptive_max_pool3d alone copies the
+    NaN's bits (a known difference, ours is its rounding rule). Unpooling copies them, as
+    torch's max_unpool."""
+    x = from_bits([0xFFC1, 0x3F80, 0x7F81, 0x0001]).reshape(1, 1, 1, 1, 4)
+    t = tensor(x)
+    assert list(bits(clpool.max_pool3d(x, (1, 1, 2))).ravel()) == [QNAN] * 2
+    assert list(bits(F.max_pool3d(t, (1, 1, 2))).ravel()) == [QNAN] * 2
+    for rank in (1, 2, 3):
+        got = getattr(clpool, f"adaptive_max_pool{rank}d")(x.reshape(x.shape[3 - rank :]), 2)
+        assert list(bits(got).ravel()[:2]) == [QNAN] * 2, rank
+    assert list(bits(F.adaptive_max_pool2d(t[0], (1, 2))).ravel()) == [QNAN] * 2
+    assert list(bits(F.adaptive_max_pool3d(t, (1, 1, 2))).ravel()) == [0xFFC1, 0x7F81]
+    idx = np.array([0, 3, 4, 7]).reshape(1, 1, 4)
+    got = clpool.max_unpool1d(x.reshape(1, 1, 4), idx, 2)
+    assert list(bits(got).ravel()[[0, 3, 4, 7]]) == [0xFFC1, 0x3F80, 0x7F81, 0x0001]
+    assert np.array_equal(bits(got), bits(F.max_unpool1d(t.reshape(1, 1, 4), torch.tensor(idx), 2)))
+
+
 # ---------------------------------------------------------------- the new families' inputs
 
 
