@@ -405,14 +405,24 @@ def run(
         row["wall_gbps"] = nbytes / t["wall_us"] / 1e3
         row["kernel_gbps"] = nbytes / t["kernel_us"] / 1e3
         row["kernel_fraction"] = row["kernel_gbps"] / copy_gbps
-        if where is not None:
+        torch_us = _torch_us(case, where, loops, min_time) if where is not None else None
+        if torch_us is not None:
             row["torch"] = where
             if threads is not None:
                 row["torch_threads"] = threads
-            row["torch_wall_us"] = time_torch(case, where, loops, min_time)
+            row["torch_wall_us"] = torch_us
             row["torch_wall_gbps"] = nbytes / row["torch_wall_us"] / 1e3
             row["speedup"] = row["torch_wall_us"] / t["wall_us"]
         yield row
+
+
+def _torch_us(case: Case, where: str, loops: int, min_time: float) -> float | None:
+    """time_torch, or None where PyTorch has no kernel of the op in its dtype there (on a
+    CPU, bfloat16 avg_pool3d): the row goes without PyTorch's columns."""
+    try:
+        return time_torch(case, where, loops, min_time)
+    except NotImplementedError:
+        return None
 
 
 def versions(rt: Runtime, with_torch: bool) -> dict[str, str]:

@@ -144,7 +144,8 @@ __kernel void max_unpool_claim(__global const index_t *restrict indices,
         atomic_max((volatile __global int *)owner + out0 + at, (int)i);
 }
 
-/* out[index of input i] = x[i] where input i owns that output. */
+/* out[index of input i] = x[i] where input i owns that output: a copy of its bits, as
+ * torch's (COPY_LOAD/COPY_STORE: a bfloat16 NaN keeps its sign and payload). */
 __kernel void max_unpool_scatter(__global const elem_t *restrict x,
                                  __global const index_t *restrict indices,
                                  __global const int *restrict owner,
@@ -153,11 +154,11 @@ __kernel void max_unpool_scatter(__global const elem_t *restrict x,
     UNPOOL_ITEM(i, IP);
     index_t at = indices[in0 + i];
     if (at >= 0 && (long)at < OP && owner[out0 + at] == (int)i)
-        STORE(out, out0 + at, LOAD(x, in0 + i));
+        COPY_STORE(out, out0 + at, COPY_LOAD(x, in0 + i));
 }
 
-/* The gradient with respect to the input: grad_x[i] = grad_out[index of i] (0 for an
- * index outside the plane). */
+/* The gradient with respect to the input: grad_x[i] = grad_out[index of i], its bits
+ * copied (0 for an index outside the plane). */
 __kernel void max_unpool_gather(__global const elem_t *restrict grad_out,
                                 __global const index_t *restrict indices,
                                 __global elem_t *restrict grad_x, UNPOOL_SIZES)
@@ -165,6 +166,8 @@ __kernel void max_unpool_gather(__global const elem_t *restrict grad_out,
     UNPOOL_ITEM(i, IP);
     (void)out0;
     index_t at = indices[in0 + i];
-    acc_t g = at >= 0 && (long)at < OP ? LOAD(grad_out, out0 + at) : (acc_t)0;
-    STORE(grad_x, in0 + i, g);
+    if (at >= 0 && (long)at < OP)
+        COPY_STORE(grad_x, in0 + i, COPY_LOAD(grad_out, out0 + at));
+    else
+        STORE(grad_x, in0 + i, (acc_t)0);
 }

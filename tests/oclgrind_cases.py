@@ -416,10 +416,15 @@ def plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 
 def bfloat16_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """bfloat16's tiny run: the first max and average windows (NaN, -inf and ties in the
-    max input), adaptive shrinking, a strided copy and the CPU kernels' 16-lane rows;
-    nothing for the other dtypes (FAMILIES covers them)."""
+    max input), adaptive shrinking, a strided copy and the CPU kernels' 16-lane rows; the
+    first 3-D window (every pool3d.cl kernel), the first adaptive max case (forward with and
+    without indices, backward) and the first unpooling case (clear, claim, scatter,
+    gather); nothing for the other dtypes (FAMILIES covers them)."""
     if dtype.name != "bfloat16":
         return
+    yield from islice(pool3d_cases(dtype), 9)  # the first window, every 3-D kernel
+    yield from islice(adaptive_max_cases(dtype), 3)  # values; int64 indices; backward
+    yield from islice(unpool_cases(dtype), 2)  # forward and backward, int64 indices
     yield from islice(max_cases(dtype), 3)  # values; with int64 indices; their backward
     yield from islice(avg_cases(dtype), 2)  # forward and backward
     yield from adaptive_cases(dtype, ADAPTIVE[:1])
@@ -462,14 +467,17 @@ def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None
     prefixed = name.startswith(("plane/", "strided/", "nhwc/", "copy/", "contiguous/"))
     if name.split("/")[prefixed] in (
             "max_pool2d", "max_pool2d_with_indices", "adaptive_max_pool1d",
-            "adaptive_max_pool2d", "adaptive_max_pool3d"):
-        # max pooling is exact: the reference value rounded to the dtype
+            "adaptive_max_pool2d", "adaptive_max_pool3d", "max_pool3d", "max_pool3d_with_indices",
+            *(f"max_unpool{n}d{b}" for n in (1, 2, 3) for b in ("", "_backward"))):
+        # max pooling and unpooling are exact: the reference value rounded to the dtype
         if not np.array_equal(got, want.astype(dtype), equal_nan=True):
             return f"values differ:\n{got}\nwant\n{want}"
         return None
-    rtol, atol = (1e-5, 1e-6) if dtype == np.float32 else (1e-12, 1e-13)
     if dtype.name == "bfloat16":  # clpool.check's bound, relative to max(|want|, 1)
-        rtol = atol = check.TOLERANCE["bfloat16"]
+        if check.error(got, want) > check.TOLERANCE["bfloat16"]:
+            return f"values differ:\n{got}\nwant\n{want}"
+        return None
+    rtol, atol = (1e-5, 1e-6) if dtype == np.float32 else (1e-12, 1e-13)
     if not np.allclose(got.astype(np.float64), want, rtol=rtol, atol=atol, equal_nan=True):
         return f"values differ:\n{got}\nwant\n{want}"
     return None

@@ -5,7 +5,10 @@ one unit where float32 sums in another order) and within check.TOLERANCE of the 
 reference; PyTorch's bfloat16 results within one unit (forward, float32 sums) or within
 its own error (backward, bfloat16 sums). Rounding edge cases (ties to even, overflow to
 inf, NaN, -inf, subnormals); numpy, pyopencl and torch inputs, clpool.torch's autograd;
-bfloat16 refused with its remedy where ml_dtypes is missing."""
+bfloat16 refused with its remedy where ml_dtypes is missing. The 3-D ops, adaptive max
+pooling and max unpooling the same way, where torch CPU allows: it has no bfloat16
+avg_pool3d, and sums adaptive_avg_pool3d in bfloat16 (so those are held to its float32
+result rounded once); unpooling copies bits, NaN payloads too, as torch's forward does."""
 
 from __future__ import annotations
 
@@ -402,6 +405,12 @@ def test_check_cli_bfloat16(device):
     report = json.loads(result.stdout)
     assert report["dtype"] == "bfloat16" and report["passed"]
     assert {r["tolerance"] for r in report["ops"]} == {TOL}
+    new_ops = {f"{op}{n}d{b}" for op in ("adaptive_max_pool", "max_unpool") for n in (1, 2, 3)
+               for b in ("", "_backward")}  # fmt: skip
+    new_ops |= {"max_pool3d", "max_pool3d_with_indices", "max_pool3d_with_indices_backward",
+                "avg_pool3d", "avg_pool3d_backward", "adaptive_avg_pool3d",
+                "adaptive_avg_pool3d_backward"}  # fmt: skip
+    assert new_ops <= {r["op"] for r in report["ops"]}
 
 
 def test_bench_bfloat16(device):
@@ -413,13 +422,38 @@ def test_bench_bfloat16(device):
     assert {r["dtype"] for r in rows} == {"bfloat16"} and rows[0]["bytes"] == 2 * (128 + 32)
 
 
-def test_canary_runs_bfloat16(device):
+NEW_FAMILIES_KERNELS = {
+    "max_pool3d_forward", "max_pool3d_backward", "avg_pool3d_forward", "avg_pool3d_backward",
+    "adaptive_avg_pool3d_forward", "adaptive_avg_pool3d_backward", "adaptive_max_pool_forward",
+    "adaptive_max_pool_backward", "max_unpool_clear", "max_unpool_claim", "max_unpool_scatter",
+    "max_unpool_gather",
+}  # fmt: skip
+
+
+def test_bench_bfloat16_new_families(device):
+    """The 3-D ops benchmark in bfloat16; PyTorch's columns are left out where torch CPU
+    has no bfloat16 kernel (avg_pool3d)."""
+    args = ["bench", "--shape", "1,2,4,8,8", "--op", "avg_pool3d", "--op", "max_pool3d"]
+    args += ["--dtype", "bfloat16", "--json", "--min-time", "0.002", "--repeats", "1"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    rows = {r["op"]: r for r in json.loads(result.stdout)["rows"]}
+    assert {r["dtype"] for r in rows.values()} == {"bfloat16"}
+    assert "torch_wall_us" not in rows["avg_pool3d"] and rows["max_pool3d"]["torch_wall_us"] > 0
+
+
+def test_canary_runs_bfloat16(device, launched):
+    """The canary's bfloat16 stages run every kernel, the 3-D, adaptive max and unpooling
+    ones too (never a 16-bit backward per plane)."""
     from clpool import canary
 
     assert any(dt == BF16 for dt, *_ in canary.stages(device))
     with policy.use():
         canary.run(device, "bfloat16")
     assert discovery.select() is not None
+    ran = {name for name, dtype in launched if dtype == BF16}
+    assert ran >= NEW_FAMILIES_KERNELS, NEW_FAMILIES_KERNELS - ran
+    assert not {name for name in ran if "backward" in name and name.endswith("_plane")}
 
 
 def test_gpu_forms(build_options):
@@ -439,3 +473,316 @@ def test_gpu_forms(build_options):
     for got, size in zip(cells, (1, (2, 3), (5, 7)), strict=True):
         assert_rounded_once(got, F.adaptive_avg_pool2d(f32, size).numpy(), size)
     assert any("-DCLPOOL_VEC4" in options for options in build_options)
+
+
+# ---------------------------------------------------------------- the 3-D ops
+
+
+CASES_3D = [  # shape, kernel, stride, padding, dilation, ceil_mode
+    ((2, 2, 5, 6, 20), 3, 2, 1, 1, True),
+    ((1, 3, 4, 7, 9), (2, 3, 2), (1, 2, 1), (1, 1, 0), (2, 1, 1), False),
+    ((2, 4, 5, 6), 2, 1, 0, 1, True),  # unbatched
+]
+
+AVG_CASES_3D = [  # shape, kernel, stride, padding, ceil_mode, count_include_pad, divisor
+    ((2, 2, 5, 6, 20), 3, 2, 1, True, True, None),
+    ((2, 2, 5, 6, 20), 3, 2, 1, True, False, None),
+    ((1, 3, 4, 7, 9), (2, 3, 2), (1, 2, 1), (1, 1, 0), False, True, 5),
+    ((2, 4, 5, 6), 2, 1, 0, False, False, None),  # unbatched
+]
+
+
+def test_max_pool3d_is_bit_exact_and_backward():
+    rng = np.random.default_rng(20)
+    for case in CASES_3D:
+        shape, *args = case
+        x = data(rng, shape, special=True)
+        out, idx = clpool.max_pool3d_with_indices(x, *args)
+        t = tensor(x).requires_grad_()
+        want, want_i = F.max_pool3d(t, *args, return_indices=True)
+        assert np.array_equal(bits(out), bits(want)), case
+        assert np.array_equal(idx, want_i.numpy()), case
+        assert np.array_equal(bits(clpool.max_pool3d(x, *args)), bits(want)), case
+        f32, f32_i = ref.max_pool3d_with_indices(x, *args)
+        assert np.array_equal(bits(out), bits(rne(f32))) and np.array_equal(idx, f32_i), case
+        g = data(rng, out.shape)
+        got = clpool.max_pool3d_with_indices_backward(g, x, *args, indices=idx)
+        exact = ref.max_pool3d_with_indices_backward(g, x, idx, *args)
+        assert_rounded_once(got, exact, case, allowed=0)
+        want.backward(tensor(g))
+        _within_torchs_own_error(got, t.grad, exact, case)
+
+
+def _average_and_backward(
+    got, back, x, g, op, args, exact, exact_back, context, torch_bf16: bool | str = True
+) -> None:
+    """An average `got` and its gradient `back` (of `g`) against torch's `op` on x: its
+    float32 computation rounded once, its bfloat16 one (where torch CPU has one) within one
+    unit (forward, summed in float32) or within its own error (backward, and a forward
+    that torch sums in bfloat16: torch_bf16="sums"), and the float64 reference within
+    check.TOLERANCE."""
+    xf = tensor(x).float().requires_grad_()
+    f32 = op(xf, *args)
+    assert_rounded_once(got, f32.detach().numpy(), context)
+    check_close(got, exact, context)
+    f32.backward(tensor(g).float())
+    assert_rounded_once(back, xf.grad.numpy(), context)
+    check_close(back, exact_back, context)
+    if torch_bf16:
+        t = tensor(x).requires_grad_()
+        want = op(t, *args)
+        if torch_bf16 == "sums":
+            _within_torchs_own_error(got, want.detach(), exact, context)
+        else:
+            assert ulps(got, want).max() <= 1, context
+        want.backward(tensor(g))
+        _within_torchs_own_error(back, t.grad, exact_back, context)
+
+
+def test_avg_pool3d_and_backward():
+    rng = np.random.default_rng(21)
+    for case in AVG_CASES_3D:
+        shape, *args = case
+        x = data(rng, shape)
+        got = clpool.avg_pool3d(x, *args)
+        g = data(rng, got.shape)
+        back = clpool.avg_pool3d_backward(g, x, *args)
+        exact, exact_back = ref.avg_pool3d(x, *args), ref.avg_pool3d_backward(g, x, *args)
+        # torch CPU has no bfloat16 avg_pool3d ("avg_pool3d_out_frame" not implemented)
+        _average_and_backward(got, back, x, g, F.avg_pool3d, args, exact, exact_back, case,
+                              torch_bf16=False)  # fmt: skip
+
+
+@pytest.mark.parametrize("size", [1, (3, 4, 2), (7, 9, 5)])
+def test_adaptive_avg_pool3d_and_backward(size):
+    rng = np.random.default_rng(22)
+    for shape in [(2, 2, 5, 6, 20), (3, 4, 7, 6)]:
+        x = data(rng, shape)
+        got = clpool.adaptive_avg_pool3d(x, size)
+        g = data(rng, got.shape)
+        back = clpool.adaptive_avg_pool3d_backward(g, x)
+        exact = ref.adaptive_avg_pool3d(x, size)
+        exact_back = ref.adaptive_avg_pool3d_backward(g, x)
+        args = (size,)
+        _average_and_backward(got, back, x, g, F.adaptive_avg_pool3d, args, exact, exact_back,
+                              (shape, size), torch_bf16="sums")  # fmt: skip
+
+
+# ---------------------------------------------------------------- adaptive max pooling
+
+
+ADAPTIVE_MAX_CASES = [  # rank, shape, output_size: down- and upsampling, overlapping cells
+    (1, (2, 3, 40), 13),
+    (1, (3, 9), 20),
+    (2, (2, 3, 10, 37), (4, 11)),
+    (2, (3, 7, 6), (None, 13)),
+    (3, (2, 2, 5, 6, 20), (2, 4, 7)),
+    (3, (2, 3, 4, 5), (5, 2, 7)),
+]
+
+
+@pytest.mark.parametrize("per_plane", [False, True])
+def test_adaptive_max_pool_is_bit_exact_and_backward(per_plane):
+    """Values and indices bit for bit; the backward rounded once, also where the CPU's
+    plane per work-item kernel would be chosen for float32 (it adds in memory)."""
+    rng = np.random.default_rng(23)
+    for rank, shape, size in ADAPTIVE_MAX_CASES:
+        context = (rank, shape, size)
+        forward = getattr(clpool, f"adaptive_max_pool{rank}d")
+        x = data(rng, shape, special=True)
+        with policy.use(per_plane=per_plane):
+            out, idx = forward(x, size, True)
+            g = data(rng, out.shape)
+            got = getattr(clpool, f"adaptive_max_pool{rank}d_backward")(g, x, idx)
+            values = forward(x, size)
+        t = tensor(x).requires_grad_()
+        want, want_i = getattr(F, f"adaptive_max_pool{rank}d")(t, size, True)
+        assert np.array_equal(bits(out), bits(want)), context
+        assert np.array_equal(idx, want_i.numpy()), context
+        assert np.array_equal(bits(values), bits(want)), context
+        f32, f32_i = ref.adaptive_max_pool_nd(x, size, rank)
+        assert np.array_equal(bits(out), bits(rne(f32))) and np.array_equal(idx, f32_i), context
+        exact = ref.adaptive_max_pool_backward(g, x, idx, rank)
+        assert_rounded_once(got, exact, context, allowed=0)
+        want.backward(tensor(g))
+        _within_torchs_own_error(got, t.grad, exact, context)
+
+
+@pytest.mark.parametrize("per_plane", [False, True])
+def test_adaptive_max_pool_backward_rounds_once(per_plane):
+    """An element that is the maximum of four overlapping cells gets 1 + 3 * 2^-8 (1.5
+    units above 1), rounded once: 1 + 2^-6, where rounding at each addition (a tie to
+    even, down, each time) would leave 1."""
+    x = np.zeros((1, 1, 5, 5), BF16)
+    x[0, 0, 2, 2] = 1  # rows and columns 1..2 and 2..3 of cells (1, 1) to (2, 2)
+    g = from_bits([0x3B80] * 16).reshape(1, 1, 4, 4)  # 2^-8
+    g[0, 0, 1, 1] = 1  # the first of the four in output order
+    with policy.use(per_plane=per_plane):
+        _, idx = clpool.adaptive_max_pool2d(x, 4, True)
+        got = clpool.adaptive_max_pool2d_backward(g, x, idx)
+    assert list(idx[0, 0, 1:3, 1:3].ravel()) == [12] * 4
+    assert hex(bits(got)[0, 0, 2, 2]) == "0x3f82", hex(bits(got)[0, 0, 2, 2])
+
+
+# ---------------------------------------------------------------- max unpooling
+
+
+UNPOOL_CASES = [  # rank, shape, kernel, stride, padding, output_size
+    (1, (2, 3, 20), 2, None, 0, None),
+    (1, (3, 17), 3, 2, 1, (34,)),
+    (2, (2, 3, 5, 20), 3, 2, 1, (9, 40)),
+    (2, (3, 4, 6), (2, 3), None, 0, None),
+    (3, (2, 2, 3, 4, 10), 2, None, 0, None),
+    (3, (2, 3, 3, 4), 3, 2, 1, (5, 6, 8)),
+]
+
+
+def _unpool_case(rng, case):
+    """x (NaN, -inf, ties, bfloat16 subnormals and -0) and its indices: max pooling's of
+    an input of the output's size where the windows allow, else random ones that
+    collide (the later input wins)."""
+    rank, shape, k, s, p, size = case
+    x = data(rng, shape, special=True)
+    x.flat[:4] = from_bits([0x0001, 0x8001, 0x8000, 0xFFC1])  # NaN: its bits copied
+    out = ref.max_unpool(x, np.zeros(shape, np.int64), rank, k, s, p, size).shape
+    plane = int(np.prod(out[-rank:]))
+    return x, rng.integers(0, max(1, plane // 3), shape), (k, s, p, size)
+
+
+def _copied(got, exact, context) -> None:
+    """`got` is the float64 reference rounded once, but for NaN, whose bits a copy keeps."""
+    nan = np.isnan(exact)
+    assert np.array_equal(np.isnan(np.asarray(got, np.float32)), nan), context
+    assert np.array_equal(bits(got)[~nan], bits(rne(exact))[~nan]), context
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast")  # NaN payloads
+def test_max_unpool_is_bit_exact_and_backward():
+    rng = np.random.default_rng(24)
+    for case in UNPOOL_CASES:
+        rank = case[0]
+        x, idx, args = _unpool_case(rng, case)
+        got = getattr(clpool, f"max_unpool{rank}d")(x, idx, *args)
+        t = tensor(x).requires_grad_()
+        want = getattr(F, f"max_unpool{rank}d")(t, torch.from_numpy(idx), *args)
+        assert np.array_equal(bits(got), bits(want)), case
+        _copied(got, ref.max_unpool(x, idx, rank, *args), case)
+        g = data(rng, got.shape, special=True)
+        g.flat[-3:] = from_bits([0x7F81, 0xFFC0, 0x8001])
+        back = getattr(clpool, f"max_unpool{rank}d_backward")(g, x, idx, *args)
+        _copied(back, ref.max_unpool_backward(g, x, idx, rank), case)
+        want.backward(tensor(g))
+        theirs = t.grad.float().numpy()  # NaN as 0xFFFF: torch's gradient is no bit copy
+        nan = np.isnan(theirs)
+        assert np.array_equal(np.isnan(np.asarray(back, np.float32)), nan), case
+        assert np.array_equal(bits(back)[~nan], bits(t.grad)[~nan]), case
+
+
+def test_nan_payloads_in_the_new_families():
+    """Max pooling gives every NaN as 0x7FC0 (the float32 result rounded once), as torch's
+    max_pool3d and adaptive_max_pool1d/2d do; torch's adaptive_max_pool3d alone copies the
+    NaN's bits (a known difference, ours is its rounding rule). Unpooling copies them, as
+    torch's max_unpool."""
+    x = from_bits([0xFFC1, 0x3F80, 0x7F81, 0x0001]).reshape(1, 1, 1, 1, 4)
+    t = tensor(x)
+    assert list(bits(clpool.max_pool3d(x, (1, 1, 2))).ravel()) == [QNAN] * 2
+    assert list(bits(F.max_pool3d(t, (1, 1, 2))).ravel()) == [QNAN] * 2
+    for rank in (1, 2, 3):
+        got = getattr(clpool, f"adaptive_max_pool{rank}d")(x.reshape(x.shape[3 - rank :]), 2)
+        assert list(bits(got).ravel()[:2]) == [QNAN] * 2, rank
+    assert list(bits(F.adaptive_max_pool2d(t[0], (1, 2))).ravel()) == [QNAN] * 2
+    assert list(bits(F.adaptive_max_pool3d(t, (1, 1, 2))).ravel()) == [0xFFC1, 0x7F81]
+    idx = np.array([0, 3, 4, 7]).reshape(1, 1, 4)
+    got = clpool.max_unpool1d(x.reshape(1, 1, 4), idx, 2)
+    assert list(bits(got).ravel()[[0, 3, 4, 7]]) == [0xFFC1, 0x3F80, 0x7F81, 0x0001]
+    assert np.array_equal(bits(got), bits(F.max_unpool1d(t.reshape(1, 1, 4), torch.tensor(idx), 2)))
+
+
+# ---------------------------------------------------------------- the new families' inputs
+
+
+def test_new_families_take_pyopencl_arrays_strided_too(device):
+    queue = clpool.default_queue()
+    rng = np.random.default_rng(25)
+    host = data(rng, (2, 3, 4, 6, 12), special=True)
+    view = cla.to_device(queue, host)[:, :, :, 1:, ::2]  # copied to a contiguous buffer
+    part = np.ascontiguousarray(host[:, :, :, 1:, ::2])
+    whole = cla.to_device(queue, host)
+    runs = [
+        (lambda a: clpool.max_pool3d_with_indices(a, 2, 1, 1), F.max_pool3d, (2, 1, 1)),
+        (lambda a: clpool.avg_pool3d(a, 3, 2, 1), None, None),
+        (lambda a: clpool.adaptive_avg_pool3d(a, (3, 2, 4)), None, None),
+        (lambda a: clpool.adaptive_max_pool3d(a, (3, 2, 4), True), None, None),
+    ]
+    for run, op, args in runs:
+        for dev, host_x in ((view, part), (whole, host)):
+            got = run(dev)
+            want = run(host_x)
+            for g, w in zip(got if isinstance(got, tuple) else (got,),
+                            want if isinstance(want, tuple) else (want,), strict=True):  # fmt: skip
+                assert isinstance(g, cla.Array)
+                assert np.array_equal(g.get().view(np.uint16), np.asarray(w).view(np.uint16))
+        if op is not None:
+            out, idx = run(view)
+            t_out, t_idx = op(tensor(part), *args, return_indices=True)
+            assert np.array_equal(bits(out), bits(t_out)) and np.array_equal(idx.get(), t_idx)
+    x = data(rng, (2, 3, 40), special=True)
+    idx = rng.integers(0, 30, x.shape)
+    got = clpool.max_unpool1d(cla.to_device(queue, x), cla.to_device(queue, idx), 2)
+    assert isinstance(got, cla.Array) and got.dtype == BF16
+    want = F.max_unpool1d(tensor(x), torch.from_numpy(idx), 2)
+    assert np.array_equal(bits(got), bits(want))
+
+
+def test_new_families_take_torch_tensors():
+    rng = np.random.default_rng(26)
+    x = tensor(data(rng, (2, 3, 5, 6, 8), special=True))
+    out, idx = clpool.max_pool3d_with_indices(x, 3, 2, 1)
+    want, want_i = F.max_pool3d(x, 3, 2, 1, return_indices=True)
+    assert out.dtype == torch.bfloat16 and torch.equal(idx, want_i)
+    assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+    got = clpool.avg_pool3d(x, 2, 1, 1, False, False)  # torch CPU has no bfloat16 one
+    assert got.dtype == torch.bfloat16
+    assert_rounded_once(got, F.avg_pool3d(x.float(), 2, 1, 1, False, False).numpy())
+    got = clpool.adaptive_avg_pool3d(x, (2, 3, 5))  # torch CPU sums it in bfloat16
+    assert got.dtype == torch.bfloat16
+    assert_rounded_once(got, F.adaptive_avg_pool3d(x.float(), (2, 3, 5)).numpy())
+    out, idx = clpool.adaptive_max_pool2d(x[0], (4, 5), True)
+    want, want_i = F.adaptive_max_pool2d(x[0], (4, 5), True)
+    assert out.dtype == torch.bfloat16 and torch.equal(idx, want_i)
+    assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+    got = clpool.max_unpool2d(out, idx, 2, output_size=(8, 10))
+    want = F.max_unpool2d(want, want_i, 2, output_size=(8, 10))
+    assert got.dtype == torch.bfloat16 and np.array_equal(bits(got), bits(want))
+
+
+def test_clpool_torch_autograd_new_families():
+    import clpool.torch as ct
+
+    rng = np.random.default_rng(27)
+    x = tensor(data(rng, (2, 3, 5, 6, 8)))
+    for name, args in [("max_pool3d", (3, 2, 1)), ("avg_pool3d", (3, 2, 1)),
+                       ("adaptive_avg_pool3d", ((2, 4, 3),)),
+                       ("adaptive_max_pool2d", ((4, 5),))]:  # fmt: skip
+        a = x[0] if name == "adaptive_max_pool2d" else x
+        mine, theirs = a.clone().requires_grad_(), a.clone().float().requires_grad_()
+        out = getattr(ct, name)(mine, *args)
+        f32 = getattr(F, name)(theirs, *args)
+        assert out.dtype == torch.bfloat16
+        assert_rounded_once(out, f32.detach().numpy(), name)
+        g = tensor(data(rng, tuple(out.shape)))
+        out.backward(g)
+        f32.backward(g.float())
+        assert mine.grad.dtype == torch.bfloat16
+        assert_rounded_once(mine.grad, theirs.grad.numpy(), name)
+    pooled, idx = F.max_pool2d(x[0], 2, return_indices=True)
+    pooled = pooled.detach()
+    mine, theirs = pooled.clone().requires_grad_(), pooled.float().requires_grad_()
+    out = ct.max_unpool2d(mine, idx, 2, output_size=(6, 8))
+    f32 = F.max_unpool2d(theirs, idx, 2, output_size=(6, 8))
+    assert out.dtype == torch.bfloat16
+    assert np.array_equal(bits(out), bits(rne(f32.detach().numpy())))
+    g = tensor(data(rng, tuple(out.shape)))
+    out.backward(g)
+    f32.backward(g.float())
+    assert np.array_equal(bits(mine.grad), bits(rne(theirs.grad.numpy())))

@@ -142,6 +142,12 @@ def test_bfloat16_clean_under_oclgrind(oclgrind: dict[str, str]) -> None:
     assert {"max_pool2d_forward_plane", "avg_pool2d_forward_plane", "clpool_contiguous"} <= set(
         launched.group(1).split(",")
     )
+    new_families = {"max_pool3d_forward", "max_pool3d_backward", "avg_pool3d_forward",
+                    "avg_pool3d_backward", "adaptive_avg_pool3d_forward",
+                    "adaptive_avg_pool3d_backward", "adaptive_max_pool_forward",
+                    "adaptive_max_pool_backward", "max_unpool_clear", "max_unpool_claim",
+                    "max_unpool_scatter", "max_unpool_gather"}  # fmt: skip
+    assert new_families <= set(launched.group(1).split(",")), launched.group(1)
 
 
 def test_diagnostics_are_caught(oclgrind: dict[str, str], tmp_path: Path) -> None:
