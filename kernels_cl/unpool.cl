@@ -92,7 +92,10 @@ __kernel void max_unpool_window(__global const elem_t *restrict x,
                                 cw * sw - pw + kw > jw && indices[i] == j)
                                 found = i;
                         }
-                STORE(out, out0 + j, found < 0 ? (acc_t)0 : LOAD(x, found));
+                if (found < 0)
+                    STORE(out, out0 + j, (acc_t)0);
+                else
+                    COPY_STORE(out, out0 + j, COPY_LOAD(x, found));
             }
 }
 
@@ -113,7 +116,7 @@ __kernel void max_unpool_plane(__global const elem_t *restrict x,
         if (at < 0 || (long)at >= OP)
             bad = 1;
         else
-            STORE(out, out0 + at, LOAD(x, in0 + i));
+            COPY_STORE(out, out0 + at, COPY_LOAD(x, in0 + i));
     }
     if (bad)
         atomic_or((volatile __global int *)flag, 1);
