@@ -5,7 +5,7 @@ tensors, any other DLPack producer) and how its results go back, plus the checks
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 import numpy as np
 import pyopencl as cl
@@ -15,45 +15,52 @@ from . import bfloat16
 from .errors import PoolArgumentError, Problem, UnsupportedDtypeError
 from .shapes import c_contiguous, channels_last
 
+if TYPE_CHECKING:
+    import torch
 
-def _is_tensor(a: object) -> bool:
+    from .plans import Output
+
+
+def _is_tensor(a: object) -> TypeGuard[torch.Tensor]:
     return type(a).__module__.startswith("torch") and hasattr(a, "detach")
 
 
-def _from_tensor(t: object) -> np.ndarray:
+def _from_tensor(t: torch.Tensor) -> np.ndarray:
     """A CPU torch tensor as a host numpy array (no gradient flows; a copy where it must:
     a channels-last tensor is a view, which goes to the device as its own bytes)."""
-    device = t.device  # type: ignore[attr-defined]
+    device = t.device
     if device.type != "cpu":
         raise Problem(
             PoolArgumentError,
             f"the input tensor is on torch device {device}; clpool takes CPU tensors "
             "(move it with .cpu(), or pass a pyopencl Array)",
         )
-    t = t.detach()  # type: ignore[attr-defined]
+    t = t.detach()
     if not tensor_channels_last(t):
         t = t.contiguous()
     if str(t.dtype) == "torch.bfloat16":  # numpy has none
         return bfloat16_numpy(t)
     try:
-        return t.numpy()
+        a: np.ndarray = t.numpy()
     except TypeError as e:  # a dtype numpy lacks (float8, ...)
         raise Problem(
             UnsupportedDtypeError, f"dtype {str(t.dtype).removeprefix('torch.')} is not "
             f"supported (float16, bfloat16, float32 or float64): {e}",
         ) from None  # fmt: skip
+    return a
 
 
-def bfloat16_numpy(t: object) -> np.ndarray:
+def bfloat16_numpy(t: torch.Tensor) -> np.ndarray:
     """A CPU torch.bfloat16 tensor as an ml_dtypes.bfloat16 array sharing its memory and
     strides; an UnsupportedDtypeError without ml_dtypes."""
     import torch
 
     dt = bfloat16.dtype()
-    return t.view(torch.int16).numpy().view(dt)  # type: ignore[attr-defined]
+    a: np.ndarray = t.view(torch.int16).numpy().view(dt)
+    return a
 
 
-def bfloat16_tensor(a: np.ndarray) -> Any:
+def bfloat16_tensor(a: np.ndarray) -> torch.Tensor:
     """An ml_dtypes.bfloat16 array as a torch.bfloat16 tensor sharing its memory and
     strides."""
     import torch
@@ -63,19 +70,22 @@ def bfloat16_tensor(a: np.ndarray) -> Any:
 
 def _from_dlpack(a: object) -> np.ndarray:
     try:
-        return np.from_dlpack(a)
+        return np.from_dlpack(a)  # type: ignore[arg-type]  # a DLPack producer: else the except
     except (BufferError, TypeError, ValueError, RuntimeError, AttributeError) as e:
         raise Problem(
             PoolArgumentError, f"cannot read the input through DLPack: {type(e).__name__}: {e}"
         ) from None
 
 
-def inputs(arrays: tuple, follows: int = 0) -> tuple[tuple, object | None]:
+def inputs(
+    arrays: tuple[object, ...], follows: int = 0
+) -> tuple[tuple[object, ...], torch.Tensor | None]:
     """The call's arrays as numpy arrays or pyopencl Arrays, and the torch tensor the
     results become tensors like (arrays[follows], the forward input, where it is a tensor,
     else the first tensor among them), or None."""
-    like = arrays[follows] if follows < len(arrays) and _is_tensor(arrays[follows]) else None
-    out = []
+    first = arrays[follows] if follows < len(arrays) else None
+    like: torch.Tensor | None = first if _is_tensor(first) else None  # type: ignore[assignment]
+    out: list[object] = []
     for a in arrays:
         if isinstance(a, (np.ndarray, cla.Array)) or a is None:
             out.append(a)
@@ -89,13 +99,13 @@ def inputs(arrays: tuple, follows: int = 0) -> tuple[tuple, object | None]:
     return tuple(out), like
 
 
-def tensor_channels_last(t: object) -> bool:
+def tensor_channels_last(t: torch.Tensor) -> bool:
     """True when torch tensor `t` is laid out channels-last (shapes.channels_last): the
     one rule for clpool and clpool.torch."""
-    return channels_last(tuple(t.shape), tuple(t.stride()))  # type: ignore[attr-defined]
+    return channels_last(tuple(t.shape), tuple(t.stride()))
 
 
-def tensors(results: list, like: object) -> list:
+def tensors(results: list[np.ndarray], like: torch.Tensor) -> list[torch.Tensor]:
     """Host results as torch tensors on `like`'s device, in `like`'s memory format: the
     results' own strides where they are so already (the 2-D ops' channels-last results),
     else a copy made channels-last (the ops without channels-last kernels)."""
@@ -107,7 +117,7 @@ def tensors(results: list, like: object) -> list:
         t = bfloat16_tensor(r) if bfloat16.is_bfloat16(r.dtype) else torch.from_numpy(r)
         if last and t.dim() == 4 and not tensor_channels_last(t):
             t = t.contiguous(memory_format=torch.channels_last)
-        out.append(t.to(like.device))  # type: ignore[attr-defined]
+        out.append(t.to(like.device))
     return out
 
 
@@ -126,10 +136,10 @@ def out_arrays(out: object, count: int) -> list[cla.Array] | None:
     if len(given) != count or not all(isinstance(a, cla.Array) for a in given):
         want = "a pyopencl Array" if count == 1 else f"a tuple of {count} pyopencl Arrays"
         raise Problem(PoolArgumentError, f"out must be {want}")
-    return given
+    return cast(list[cla.Array], given)  # each one checked above
 
 
-def check_out(given: Sequence[cla.Array], specs: Sequence, context: cl.Context) -> None:
+def check_out(given: Sequence[cla.Array], specs: Sequence[Output], context: cl.Context) -> None:
     """Refuse an out= Array the results cannot be written into as they are."""
     for a, spec in zip(given, specs, strict=True):
         what = f"out ({spec.slot})" if len(given) > 1 else "out"

@@ -11,6 +11,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
 import pyopencl as cl
@@ -20,6 +21,12 @@ import clpool
 
 from . import __version__, adopt, bfloat16, ops, shapes
 from .discovery import Runtime
+
+if TYPE_CHECKING:
+    import torch
+
+# A JSON-ready record: a case's parameters, its timings, a report.
+Record: TypeAlias = dict[str, Any]
 
 OPS = (
     "max_pool2d",
@@ -66,7 +73,7 @@ class Case:
 
     op: str
     shape: tuple[int, ...]  # (N, C, H, W), or (N, C, D, H, W) for the 3-D ops
-    params: dict = field(default_factory=dict)
+    params: Record = field(default_factory=dict)
     dtype: str = "float32"
     layout: str = "nchw"  # or "nhwc": channels-last inputs (PyTorch's too)
 
@@ -91,7 +98,9 @@ def default_cases(
     if shape is not None and len(shape) == 5:
         return [Case(op, tuple(shape), dict(SHAPE_3D[1]), dtype)
                 for op in WINDOWED_3D if op in ops_wanted]  # fmt: skip
-    shapes = SHAPES if shape is None else ((tuple(shape), SHAPES[0][1]),)
+    shapes: tuple[tuple[tuple[int, ...], dict[str, int]], ...] = (
+        SHAPES if shape is None else ((tuple(shape), SHAPES[0][1]),)
+    )
     if cpu and shape is None:
         shapes = tuple(((max(1, s[0] // 4), *s[1:]), w) for s, w in shapes)
     cases = []
@@ -195,7 +204,7 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.nd
     return rng.standard_normal(shape).astype(bfloat16.as_dtype(dtype))
 
 
-def _tensor(a: np.ndarray):
+def _tensor(a: np.ndarray) -> torch.Tensor:
     """Host array `a` as a CPU torch tensor (bfloat16 as torch.bfloat16)."""
     import torch
 
@@ -205,11 +214,13 @@ def _tensor(a: np.ndarray):
 def _device_array(rt: Runtime, a: np.ndarray, layout: str) -> cla.Array:
     """`a` on the device, laid out NCHW or channels-last (`layout` "nhwc")."""
     if layout == "nhwc":
-        return cla.to_device(rt.queue, a.transpose(0, 2, 3, 1).copy()).transpose((0, 3, 1, 2))
+        nhwc = cla.to_device(rt.queue, a.transpose(0, 2, 3, 1).copy())
+        # pyopencl's Array.transpose has no annotations
+        return cast(cla.Array, nhwc.transpose((0, 3, 1, 2)))  # type: ignore[no-untyped-call]
     return cla.to_device(rt.queue, a)
 
 
-def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[dict, int]:
+def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[Record, int]:
     """Device inputs of a case and the bytes the op must move (read once, write once)."""
     rng = np.random.default_rng(seed)
     out_shape = (*case.shape[:2], *_out_hw(case))
@@ -220,19 +231,24 @@ def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[dict, int]:
         _, indices = getattr(clpool, case.op.removesuffix("_backward"))(x, **case.params)
         return dict(grad_output=grad, input=x, indices=indices), small + indices.nbytes + big
     if case.op == "adaptive_max_pool2d_backward":
-        indices = clpool.adaptive_max_pool2d(x, **case.params, return_indices=True)[1]
+        indices = cast(
+            cla.Array, clpool.adaptive_max_pool2d(x, **case.params, return_indices=True)[1]
+        )
         return dict(grad_output=grad, input=x, indices=indices), small + indices.nbytes + big
     if case.op.endswith("backward"):
         return dict(grad_output=grad, input=x), small + big
     if case.op == "max_unpool2d":  # reads the pooled values and indices, writes x's size
-        pooled, indices = ops.max_pool2d_with_indices(x, **case.params)
+        # device inputs: device results
+        pooled, indices = cast(
+            tuple[cla.Array, cla.Array], ops.max_pool2d_with_indices(x, **case.params)
+        )
         inputs = dict(input=pooled, indices=indices, output_size=case.shape[-2:])
         return inputs, pooled.nbytes + indices.nbytes + big
     extra = 2 * small if case.op == "max_pool2d_with_indices" else 0
     return dict(input=x), big + small + extra
 
 
-def time_clpool(case: Case, rt: Runtime, loops: int, min_time: float = MIN_TIME) -> dict:
+def time_clpool(case: Case, rt: Runtime, loops: int, min_time: float = MIN_TIME) -> Record:
     """clpool on one case with device-resident inputs: wall_us and kernel_us per call
     back to back, the calls in each timed loop, and the bytes the op moves."""
     inputs, nbytes = _inputs(case, rt)
@@ -242,25 +258,26 @@ def time_clpool(case: Case, rt: Runtime, loops: int, min_time: float = MIN_TIME)
 
     def call() -> cla.Array:
         out = fn(**inputs, **params)
-        return out[0] if isinstance(out, tuple) else out
+        first: cla.Array = out[0] if isinstance(out, tuple) else out
+        return first
 
     wall, n = wall_us(call, rt.queue.finish, loops, min_time)
     kernel = kernel_us(call, rt.queue, max(loops, min(n, KERNEL_CALLS)))
     return dict(wall_us=wall, kernel_us=kernel, calls=n, bytes=nbytes)
 
 
-def _torch_call(case: Case, t: dict) -> Callable[[], object]:
+def _torch_call(case: Case, t: Record) -> Callable[[], object]:
     import torch
     import torch.nn.functional as F  # noqa: N812
 
     p, aten = case.params, torch.ops.aten
     if case.op.startswith("adaptive_max"):
-        o = [p["output_size"]] * 2
+        o = (p["output_size"],) * 2
         if case.op.endswith("backward"):
             return lambda: aten.adaptive_max_pool2d_backward(t["grad_output"], t["x"], t["indices"])
         return lambda: F.adaptive_max_pool2d(t["x"], o)
     if "output_size" in p:
-        o = [p["output_size"]] * 2
+        o = (p["output_size"],) * 2
         if case.op.endswith("backward"):
             return lambda: aten._adaptive_avg_pool2d_backward(t["grad_output"], t["x"])
         return lambda: F.adaptive_avg_pool2d(t["x"], o)
@@ -331,18 +348,20 @@ def time_torch(case: Case, where: str, loops: int, min_time: float = MIN_TIME) -
     return wall_us(_torch_call(case, t), finish, loops, min_time)[0]
 
 
-def host_overhead_us(rt: Runtime, loops: int, min_time: float = MIN_TIME) -> dict[str, float]:
+def host_overhead_us(rt: Runtime, loops: int, min_time: float = MIN_TIME) -> Record:
     """Per warm call on a tiny (1,1,4,4) device array, wall time back to back (us):
     clpool's max_pool2d k2, PyOpenCL's own `x * 2` on the same array and queue, and the
     bare enqueue of an empty kernel; clpool's kernel time; clpool / (x * 2)."""
     x = cla.to_device(rt.queue, np.ones((1, 1, 4, 4), np.float32))
     finish = rt.queue.finish
-    clpool, _ = wall_us(lambda: ops.max_pool2d(x, 2), finish, loops, min_time)
-    kernel = kernel_us(lambda: ops.max_pool2d(x, 2), rt.queue, KERNEL_CALLS)
+    pool = cast(Callable[[], cla.Array], lambda: ops.max_pool2d(x, 2))  # a device input's
+    clpool, _ = wall_us(pool, finish, loops, min_time)
+    kernel = kernel_us(pool, rt.queue, KERNEL_CALLS)
     mul, _ = wall_us(lambda: x * 2, finish, loops, min_time)
     program = cl.Program(rt.context, "__kernel void empty(__global float *a) {}").build()
     empty = cl.Kernel(program, "empty")
-    empty.set_arg(0, x.data)
+    # pyopencl's stub takes a Buffer, not the MemoryObjectHolder an Array's data is
+    empty.set_arg(0, x.data)  # type: ignore[arg-type]
     bare, _ = wall_us(
         lambda: cl.enqueue_nd_range_kernel(rt.queue, empty, (1,), None), finish, loops, min_time
     )
@@ -356,7 +375,7 @@ def host_overhead_us(rt: Runtime, loops: int, min_time: float = MIN_TIME) -> dic
     )
 
 
-def stream(rt: Runtime, cpu: bool, loops: int, min_time: float = MIN_TIME) -> dict:
+def stream(rt: Runtime, cpu: bool, loops: int, min_time: float = MIN_TIME) -> Record:
     """The stream of stream_case() back to back: wall and kernel time per call (us) and
     wall / kernel (the target: at most 1.15 on a GPU)."""
     case = stream_case(cpu)
@@ -394,13 +413,13 @@ def run(
     copy_gbps: float,
     with_torch: bool = True,
     min_time: float = MIN_TIME,
-) -> Iterator[dict]:
+) -> Iterator[Record]:
     """Time every case; yields one row per case (times in us per call)."""
     where, threads = _torch_setup(rt, with_torch)
     for case in cases:
         t = time_clpool(case, rt, loops, min_time)
         nbytes = t["bytes"]
-        row = dict(op=case.op, shape=list(case.shape), params=case.label, args=case.params)
+        row: Record = dict(op=case.op, shape=list(case.shape), params=case.label, args=case.params)
         row.update(dtype=case.dtype, layout=case.layout, **t)
         row["wall_gbps"] = nbytes / t["wall_us"] / 1e3
         row["kernel_gbps"] = nbytes / t["kernel_us"] / 1e3
@@ -448,7 +467,7 @@ def report(
     with_torch: bool = True,
     min_time: float = MIN_TIME,
     progress: Callable[[str], None] | None = None,
-) -> dict:
+) -> Record:
     """The whole benchmark of one run: the device, copy bandwidth, the stream, one row per
     case and the host cost, measured in that order (the device busy from the copy on);
     `progress` is told the name of each step ("stream", one per case, "host") as it ends."""

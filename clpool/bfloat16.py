@@ -26,7 +26,8 @@ def dtype() -> np.dtype:
         import ml_dtypes
     except ImportError:
         raise Problem(UnsupportedDtypeError, MISSING) from None
-    return np.dtype(ml_dtypes.bfloat16)
+    dt: np.dtype = np.dtype(ml_dtypes.bfloat16)
+    return dt
 
 
 def is_bfloat16(dt: np.dtype) -> bool:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from itertools import chain
+from typing import TypeAlias, cast
 
 import numpy as np
+import pyopencl as cl
 
 from . import adaptive_max, bfloat16, check, discovery, ops, policy, pool3d, unpool, verify
 from . import reference as ref
@@ -27,10 +29,13 @@ WINDOWS = ((3, 2, 1), (2, 1, 0), (3, 3, 1))
 SHAPE = (2, 3, 9, 70)  # rows of 70: the 16-lane CPU paths run for every window above
 TALL = (1, 2, 40, 8)  # to (2, 2): bands of 20 rows, the GPU's band kernel
 
+Windows: TypeAlias = tuple[tuple[int, int, int], ...]
+Gradient: TypeAlias = Callable[[tuple[int, ...]], np.ndarray]
+# (what, got, want, exact): got is an op's result, a numpy array for these numpy inputs.
+Call: TypeAlias = tuple[str, object, np.ndarray, bool]
 
-def _calls(
-    x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray], windows: tuple, tall: np.ndarray
-):
+
+def _calls(x: np.ndarray, g: Gradient, windows: Windows, tall: np.ndarray) -> Iterator[Call]:
     """(what, got, want, exact) of every op on `x` over `windows`; `g(shape)` gives a
     gradient."""
     for k, s, p in windows:
@@ -83,7 +88,7 @@ def _calls(
     yield from _adaptive_max_calls(x, g)
 
 
-def _unpool_calls(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray], windows: tuple):
+def _unpool_calls(x: np.ndarray, g: Gradient, windows: Windows) -> Iterator[Call]:
     """max_unpool2d of max pooling's result back to x's size (the fast path: the window
     gather, or one work-item per plane), the same with indices in reverse (outside their
     windows: clear, claim and scatter after the gather), and its gradient (gather), over
@@ -114,7 +119,7 @@ def _unpool_calls(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray], win
         )
 
 
-def _adaptive_max_calls(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray]):
+def _adaptive_max_calls(x: np.ndarray, g: Gradient) -> Iterator[Call]:
     """(what, got, want, exact) of adaptive max pooling in 1-D, 2-D and 3-D on `x` (seen as
     (N, C, L), (N, C, H, W) and unbatched (C, D, H, W)), down- and upsampling: the forward
     kernel with and without indices, and the backward kernel."""
@@ -138,7 +143,7 @@ def _adaptive_max_calls(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray
 SHAPE_3D = (2, 2, 5, 6, 7)  # the 3-D ops: window (3, 2, 1), and adaptive to (2, 4, 3)
 
 
-def _calls_3d(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray]):
+def _calls_3d(x: np.ndarray, g: Gradient) -> Iterator[Call]:
     """(what, got, want, exact) of every 3-D kernel entry point on the volumes `x`."""
     want, want_i = ref.max_pool3d_with_indices(x, 3, 2, 1)
     got, got_i = pool3d.max_pool3d_with_indices(x, 3, 2, 1)
@@ -173,7 +178,7 @@ def _calls_3d(x: np.ndarray, g: Callable[[tuple[int, ...]], np.ndarray]):
     )
 
 
-def stages(device) -> list[tuple[np.dtype, bool | None, bool, tuple]]:
+def stages(device: cl.Device) -> list[tuple[np.dtype, bool | None, bool, Windows]]:
     """(dtype, one work-item per plane or None for the device's own choice, windows built as
     constants, windows) of each stage: every dtype the device takes, built generic (window sizes as
     arguments: each kernel form whatever the window), and float32 also as small windows
@@ -185,7 +190,7 @@ def stages(device) -> list[tuple[np.dtype, bool | None, bool, tuple]]:
     return found + [(dtypes[0], path, True, WINDOWS[:1]) for path in paths]
 
 
-def run(device, only: str | None = None) -> None:
+def run(device: cl.Device, only: str | None = None) -> None:
     """Run every stage on `device` (of dtype `only`, if given); raise AssertionError at the
     first wrong result. The policy in force is restored after."""
     rng = np.random.default_rng(2024)
@@ -199,10 +204,13 @@ def run(device, only: str | None = None) -> None:
 
 def _nhwc(a: np.ndarray) -> np.ndarray:
     """`a` laid out channels-last (NHWC memory): the ops run their _strided kernels."""
-    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    nchw: np.ndarray = np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    return nchw
 
 
-def _channels_last_calls(x: np.ndarray, g, windows: tuple, tall: np.ndarray):
+def _channels_last_calls(
+    x: np.ndarray, g: Gradient, windows: Windows, tall: np.ndarray
+) -> Iterator[Call]:
     """_calls on channels-last copies of `x` (given a fourth channel: max pooling takes
     four per work-item then) and `tall`, over the first window."""
     x = np.concatenate([x, x[:, :1]], axis=1)
@@ -210,7 +218,7 @@ def _channels_last_calls(x: np.ndarray, g, windows: tuple, tall: np.ndarray):
         yield f"{what} channels-last", got, want, exact
 
 
-def _stage(rng: np.random.Generator, dtype: np.dtype, windows: tuple) -> None:
+def _stage(rng: np.random.Generator, dtype: np.dtype, windows: Windows) -> None:
     x = rng.standard_normal(SHAPE).astype(dtype)
     tall = rng.standard_normal(TALL).astype(dtype)
     x3 = rng.standard_normal(SHAPE_3D).astype(dtype)
@@ -221,13 +229,13 @@ def _stage(rng: np.random.Generator, dtype: np.dtype, windows: tuple) -> None:
     for what, got, want, exact in chain(
         _calls(x, g, windows, tall), _channels_last_calls(x, g, windows, tall), _calls_3d(x3, g)
     ):
-        err = check.error(got, want)
+        err = check.error(cast(np.ndarray, got), want)
         if err != 0 and (exact or err > check.TOLERANCE[dtype.name]):
             raise AssertionError(f"{what} in {dtype.name}: wrong result (error {err:.3g})")
 
 
 def main(argv: list[str]) -> int:
-    index, expected, dtype = int(argv[0]), argv[1], (argv[2:] or [None])[0]
+    index, expected, dtype = int(argv[0]), argv[1], (argv[2] if len(argv) > 2 else None)
     os.environ["CLPOOL_DEVICE"] = str(index)
     device = discovery.cl_devices()[index]
     if not expected.startswith(verify.device_key(device)):

@@ -29,12 +29,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 
 from . import adaptive_max, bfloat16, ops, pool3d, unpool
 from . import reference as ref
 from .errors import reporting
+from .types import Tensor
+
+# One case: its input arrays and the op's arguments by name (x, args, seed, ...).
+Case: TypeAlias = dict[str, Any]
+# What a case gives: (got, want, must_be_exact) per result.
+Results: TypeAlias = list[tuple[Tensor, np.ndarray, bool]]
 
 TOLERANCE = {"float16": 1e-3, "bfloat16": 4e-3, "float32": 1e-5, "float64": 1e-12}
 SEED = 20240
@@ -74,7 +81,7 @@ def error(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.nan_to_num(diff, nan=np.inf, posinf=np.inf).max())
 
 
-def _cases(dtype: np.dtype) -> dict[str, list[dict]]:
+def _cases(dtype: np.dtype) -> dict[str, list[Case]]:
     """Inputs and arguments of every case, per op family, rounded to `dtype`."""
     rng = np.random.default_rng(SEED)
 
@@ -109,16 +116,16 @@ def _cases(dtype: np.dtype) -> dict[str, list[dict]]:
     return {"max": max_cases, "avg": avg_cases, "adaptive": adaptive_cases}
 
 
-def _grad(case: dict, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+def _grad(case: Case, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.random.default_rng(case["seed"]).standard_normal(shape).astype(dtype)
 
 
 def _run(
     label: str,
     dtype: np.dtype,
-    cases: list[dict],
+    cases: list[Case],
     exact: bool,
-    one: Callable[[dict], list[tuple[np.ndarray, np.ndarray, bool]]],
+    one: Callable[[Case], Results],
 ) -> Row:
     """Run `one` on every case; it returns (got, want, must_be_exact) triples."""
     tol = TOLERANCE[dtype.name]
@@ -128,7 +135,7 @@ def _run(
         pairs = one(case)
         seconds += time.perf_counter() - start
         for got, want, bit_exact in pairs:
-            err = error(got, want)
+            err = error(cast(np.ndarray, got), want)  # numpy inputs: numpy results
             worst = max(worst, err)
             if bit_exact and err != 0.0 and not mismatch:
                 mismatch = f"case {i}: not bit-exact"
@@ -152,11 +159,11 @@ def run(device: object = None, dtype: object = "float32") -> list[Row]:
     cases = _cases(dt)
     rows = []
 
-    def max_values(c):
-        got = ops.max_pool2d(c["x"], *c["args"], device=device)
+    def max_values(c: Case) -> Results:
+        got = cast(Tensor, ops.max_pool2d(c["x"], *c["args"], device=device))  # no indices
         return [(got, ref.max_pool2d(c["x"], *c["args"]).astype(dt), True)]
 
-    def max_indices(c):
+    def max_indices(c: Case) -> Results:
         kind = c.get("index_dtype", "int64")
         got, got_i = ops.max_pool2d_with_indices(
             c["x"], *c["args"], index_dtype=kind, device=device
@@ -164,26 +171,29 @@ def run(device: object = None, dtype: object = "float32") -> list[Row]:
         want, want_i = ref.max_pool2d_with_indices(c["x"], *c["args"])
         return [(got, want.astype(dt), True), (got_i, want_i.astype(kind), True)]
 
-    def max_backward(c):
+    def max_backward(c: Case) -> Results:
         _, idx = ref.max_pool2d_with_indices(c["x"], *c["args"])
         g = _grad(c, idx.shape, dt)
-        got = ops.max_pool2d_with_indices_backward(g, c["x"], *c["args"], idx, device=device)
+        k, s, p, d, ceil_mode = c["args"]
+        got = ops.max_pool2d_with_indices_backward(
+            g, c["x"], k, s, p, d, ceil_mode, idx, device=device
+        )
         return [(got, ref.max_pool2d_with_indices_backward(g, c["x"], idx, *c["args"]), False)]
 
-    def avg(c):
+    def avg(c: Case) -> Results:
         got = ops.avg_pool2d(c["x"], *c["args"], device=device)
         return [(got, ref.avg_pool2d(c["x"], *c["args"]), False)]
 
-    def avg_backward(c):
+    def avg_backward(c: Case) -> Results:
         g = _grad(c, ref.avg_pool2d(c["x"], *c["args"]).shape, dt)
         got = ops.avg_pool2d_backward(g, c["x"], *c["args"], device=device)
         return [(got, ref.avg_pool2d_backward(g, c["x"], *c["args"]), False)]
 
-    def adaptive(c):
+    def adaptive(c: Case) -> Results:
         got = ops.adaptive_avg_pool2d(c["x"], *c["args"], device=device)
         return [(got, ref.adaptive_avg_pool2d(c["x"], *c["args"]), False)]
 
-    def adaptive_backward(c):
+    def adaptive_backward(c: Case) -> Results:
         g = _grad(c, ref.adaptive_avg_pool2d(c["x"], *c["args"]).shape, dt)
         got = ops.adaptive_avg_pool2d_backward(g, c["x"], device=device)
         return [(got, ref.adaptive_avg_pool2d_backward(g, c["x"]), False)]
@@ -202,11 +212,11 @@ def run(device: object = None, dtype: object = "float32") -> list[Row]:
     return rows + _adaptive_max_rows(dt, device) + _unpool_rows(dt, device)
 
 
-def _unpool_cases(dtype: np.dtype) -> dict[int, list[dict]]:
+def _unpool_cases(dtype: np.dtype) -> dict[int, list[Case]]:
     """Per rank: distinct indices with output_size given, the same unbatched with int32
     indices, and indices that name few outputs, so many collide (the later input wins)."""
     rng = np.random.default_rng(SEED + 1)
-    found: dict[int, list[dict]] = {}
+    found: dict[int, list[Case]] = {}
     for n, side in ((1, 10), (2, 4), (3, 3)):
         shape = (2, 3) + (side,) * n
         x = rng.standard_normal(shape).astype(dtype)
@@ -230,11 +240,11 @@ def _unpool_rows(dt: np.dtype, device: object) -> list[Row]:
         forward = getattr(unpool, f"max_unpool{n}d")
         backward = getattr(unpool, f"max_unpool{n}d_backward")
 
-        def one(c, forward=forward, n=n):
+        def one(c: Case, forward: Any = forward, n: int = n) -> Results:
             got = forward(c["x"], c["i"], *c["args"], device=device)
             return [(got, ref.max_unpool(c["x"], c["i"], n, *c["args"]).astype(dt), True)]
 
-        def grad(c, backward=backward, n=n):
+        def grad(c: Case, backward: Any = backward, n: int = n) -> Results:
             g = _grad({"seed": n}, ref.max_unpool(c["x"], c["i"], n, *c["args"]).shape, dt)
             got = backward(g, c["x"], c["i"], *c["args"], device=device)
             return [(got, ref.max_unpool_backward(g, c["x"], c["i"], n).astype(dt), True)]
@@ -244,7 +254,7 @@ def _unpool_rows(dt: np.dtype, device: object) -> list[Row]:
     return rows
 
 
-def _adaptive_max_cases(dtype: np.dtype) -> dict[int, list[dict]]:
+def _adaptive_max_cases(dtype: np.dtype) -> dict[int, list[Case]]:
     """Per rank, inputs (with ties, NaN and -inf) and output sizes of adaptive max pooling:
     down- and upsampling, cells that do not divide the input, None entries, int32."""
     rng = np.random.default_rng(SEED + 1)
@@ -277,13 +287,13 @@ def _adaptive_max_rows(dt: np.dtype, device: object) -> list[Row]:
         forward = getattr(adaptive_max, f"adaptive_max_pool{rank}d")
         backward = getattr(adaptive_max, f"adaptive_max_pool{rank}d_backward")
 
-        def values(c, forward=forward, rank=rank):
+        def values(c: Case, forward: Any = forward, rank: int = rank) -> Results:
             kind = c.get("index_dtype", "int64")
             got, got_i = forward(c["x"], c["size"], True, index_dtype=kind, device=device)
             want, want_i = ref.adaptive_max_pool_nd(c["x"], c["size"], rank)
             return [(got, want.astype(dt), True), (got_i, want_i.astype(kind), True)]
 
-        def grads(c, backward=backward, rank=rank):
+        def grads(c: Case, backward: Any = backward, rank: int = rank) -> Results:
             _, idx = ref.adaptive_max_pool_nd(c["x"], c["size"], rank)
             g = _grad(c, idx.shape, dt)
             got = backward(g, c["x"], idx, device=device)
@@ -294,7 +304,7 @@ def _adaptive_max_rows(dt: np.dtype, device: object) -> list[Row]:
     return rows
 
 
-def _cases_3d(dtype: np.dtype) -> dict[str, list[dict]]:
+def _cases_3d(dtype: np.dtype) -> dict[str, list[Case]]:
     """The cases of the 3-D ops, as _cases's over (D, H, W) volumes."""
     rng = np.random.default_rng(SEED + 3)
 
@@ -335,11 +345,11 @@ def _rows_3d(device: object, dt: np.dtype) -> list[Row]:
     """The rows of the 3-D ops, after the 2-D ones."""
     cases = _cases_3d(dt)
 
-    def max_values(c):
-        got = pool3d.max_pool3d(c["x"], *c["args"], device=device)
+    def max_values(c: Case) -> Results:
+        got = cast(Tensor, pool3d.max_pool3d(c["x"], *c["args"], device=device))  # no indices
         return [(got, ref.max_pool3d(c["x"], *c["args"]).astype(dt), True)]
 
-    def max_indices(c):
+    def max_indices(c: Case) -> Results:
         kind = c.get("index_dtype", "int64")
         got, got_i = pool3d.max_pool3d_with_indices(
             c["x"], *c["args"], index_dtype=kind, device=device
@@ -347,26 +357,29 @@ def _rows_3d(device: object, dt: np.dtype) -> list[Row]:
         want, want_i = ref.max_pool3d_with_indices(c["x"], *c["args"])
         return [(got, want.astype(dt), True), (got_i, want_i.astype(kind), True)]
 
-    def max_backward(c):
+    def max_backward(c: Case) -> Results:
         _, idx = ref.max_pool3d_with_indices(c["x"], *c["args"])
         g = _grad(c, idx.shape, dt)
-        got = pool3d.max_pool3d_with_indices_backward(g, c["x"], *c["args"], idx, device=device)
+        k, s, p, d, ceil_mode = c["args"]
+        got = pool3d.max_pool3d_with_indices_backward(
+            g, c["x"], k, s, p, d, ceil_mode, idx, device=device
+        )
         return [(got, ref.max_pool3d_with_indices_backward(g, c["x"], idx, *c["args"]), False)]
 
-    def avg(c):
+    def avg(c: Case) -> Results:
         got = pool3d.avg_pool3d(c["x"], *c["args"], device=device)
         return [(got, ref.avg_pool3d(c["x"], *c["args"]), False)]
 
-    def avg_backward(c):
+    def avg_backward(c: Case) -> Results:
         g = _grad(c, ref.avg_pool3d(c["x"], *c["args"]).shape, dt)
         got = pool3d.avg_pool3d_backward(g, c["x"], *c["args"], device=device)
         return [(got, ref.avg_pool3d_backward(g, c["x"], *c["args"]), False)]
 
-    def adaptive(c):
+    def adaptive(c: Case) -> Results:
         got = pool3d.adaptive_avg_pool3d(c["x"], *c["args"], device=device)
         return [(got, ref.adaptive_avg_pool3d(c["x"], *c["args"]), False)]
 
-    def adaptive_backward(c):
+    def adaptive_backward(c: Case) -> Results:
         g = _grad(c, ref.adaptive_avg_pool3d(c["x"], *c["args"]).shape, dt)
         got = pool3d.adaptive_avg_pool3d_backward(g, c["x"], device=device)
         return [(got, ref.adaptive_avg_pool3d_backward(g, c["x"]), False)]

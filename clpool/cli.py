@@ -7,7 +7,9 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict
+from typing import Any
 
 import click
 import numpy as np
@@ -21,7 +23,7 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
+def _table(headers: list[str], rows: Sequence[Sequence[object]]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=True)]
     line = "  ".join(f"{{:<{w}}}" for w in widths)
     out = [line.format(*headers), line.format(*("-" * w for w in widths))]
@@ -52,9 +54,10 @@ def devices(as_json: bool, no_verify: bool) -> None:
     child process (once per driver and clpool version; the verdict is cached). The
     default device is marked *."""
     if not no_verify:
-        for i, d in enumerate(discovery.cl_devices()):
-            if verify.cached(d).status == verify.UNVERIFIED:
-                click.echo(f"verifying device {i} ({d.name.strip()}) in a child process", err=True)
+        for i, cl_device in enumerate(discovery.cl_devices()):
+            if verify.cached(cl_device).status == verify.UNVERIFIED:
+                name = cl_device.name.strip()
+                click.echo(f"verifying device {i} ({name}) in a child process", err=True)
     found = discovery.devices(verified=not no_verify)
     if as_json:
         click.echo(json.dumps([d.as_dict() for d in found], indent=2))
@@ -217,7 +220,7 @@ def bench(
         click.echo(f"plot written to {plot_path}", err=True)
 
 
-def _bench_text(report: dict) -> str:
+def _bench_text(report: dict[str, Any]) -> str:
     """The bench report as text: a header, the host cost, the stream and the table, each
     time labelled wall (perf_counter, calls back to back) or kernel (profiling events)."""
     host, stream, rows = report["host"], report["stream"], report["rows"]

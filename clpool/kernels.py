@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import SupportsInt, TypeAlias
 
 import numpy as np
 import pyopencl as cl
@@ -13,6 +14,8 @@ import pyopencl as cl
 from .errors import PoolArgumentError, Problem
 
 GLOBAL, LOCAL, INT, LONG = "global", "local", "int", "long"
+# What a call slot holds: a buffer, or the element offset of a view into one.
+Slot: TypeAlias = cl.MemoryObjectHolder | cl.SVMPointer | np.int64 | None
 
 
 def _ints(*names: str) -> tuple[tuple[str, str], ...]:
@@ -171,10 +174,15 @@ _SIGNATURES.update({
 })  # fmt: skip
 SIGNATURES = _SIGNATURES
 
-_LIMITS = {INT: (np.int32, 2**31), LONG: (np.int64, 2**63)}
+_LIMITS: dict[str, tuple[type[np.int32] | type[np.int64], int]] = {
+    INT: (np.int32, 2**31),
+    LONG: (np.int64, 2**63),
+}
 
 
-def _typed(kernel: str, arg: str, kind: str, value: object) -> object:
+def _typed(
+    kernel: str, arg: str, kind: str, value: SupportsInt
+) -> cl.LocalMemory | np.int32 | np.int64:
     if kind == LOCAL:
         return cl.LocalMemory(int(value))
     ctype, limit = _LIMITS[kind]
@@ -183,7 +191,8 @@ def _typed(kernel: str, arg: str, kind: str, value: object) -> object:
             PoolArgumentError,
             f"{arg}={value} is too large for the {kind} argument of kernel {kernel}",
         )
-    return ctype(value)
+    typed: np.int32 | np.int64 = ctype(value)
+    return typed
 
 
 @dataclass(frozen=True)
@@ -198,11 +207,15 @@ class Launch:
     bound: tuple[tuple[int, str], ...]  # (argument index, slot) set at each call
     lock: threading.Lock = field(default_factory=threading.Lock, compare=False)
 
-    def enqueue(self, queue: cl.CommandQueue, slots: dict, wait_for: list | None) -> cl.Event:
+    def enqueue(
+        self, queue: cl.CommandQueue, slots: dict[str, Slot], wait_for: list[cl.Event] | None
+    ) -> cl.Event:
         """Set the per-call arguments from `slots` and enqueue after `wait_for`."""
         with self.lock:
             for index, slot in self.bound:
-                self.kernel.set_arg(index, slots[slot])
+                # pyopencl's stub takes a Buffer, not the MemoryObjectHolder (a pool's
+                # PooledBuffer) an Array's base_data is
+                self.kernel.set_arg(index, slots[slot])  # type: ignore[arg-type]
             return cl.enqueue_nd_range_kernel(
                 queue, self.kernel, self.global_size, self.local_size, wait_for=wait_for
             )
@@ -213,7 +226,7 @@ def bind(
     global_size: tuple[int, ...],
     local_size: tuple[int, ...] | None,
     slots: dict[str, str] | None = None,
-    **scalars: object,
+    **scalars: SupportsInt,
 ) -> Launch:
     """A Launch of `kernel`, an instance of its own (programs.Program.instance): each
     argument its signature names is one of `scalars` (set now, typed by the signature) or
@@ -226,7 +239,8 @@ def bind(
     bound = []
     for index, (arg, kind) in enumerate(signature):
         if arg in scalars:
-            kernel.set_arg(index, _typed(name, arg, kind, scalars[arg]))
+            # pyopencl's stub omits LocalMemory from what set_arg takes
+            kernel.set_arg(index, _typed(name, arg, kind, scalars[arg]))  # type: ignore[arg-type]
         else:
             bound.append((index, (slots or {}).get(arg, arg)))
     return Launch(name, kernel, tuple(global_size), local_size, tuple(bound))

@@ -5,17 +5,22 @@ outputs returned carrying their events (numpy outputs for numpy inputs)."""
 from __future__ import annotations
 
 import inspect
+from typing import TypeAlias, cast
 
 import numpy as np
+import pyopencl as cl
 import pyopencl.array as cla
 import pyopencl.tools as cl_tools
 
-from . import plans, policy
+from . import kernels, plans, policy
 from .errors import PoolArgumentError, Problem
 from .lru import LRU
 
+# A queue and the memory pool of its outputs and uploads.
+_Held: TypeAlias = tuple[cl.CommandQueue, cl_tools.MemoryPool]
 
-def _drop_queue(held: tuple) -> None:
+
+def _drop_queue(held: _Held) -> None:
     queue, pool = held
     pool.free_held()
     plans.forget_queue(queue.int_ptr)
@@ -23,10 +28,10 @@ def _drop_queue(held: tuple) -> None:
 
 # queue -> (queue, its memory pool), for the policy's number of queues; a queue dropped
 # takes its pool and plans with it.
-_pools: LRU[tuple] = LRU(lambda: policy.current().queues_kept, _drop_queue)
+_pools: LRU[_Held] = LRU(lambda: policy.current().queues_kept, _drop_queue)
 
 
-def memory_pool(queue) -> cl_tools.MemoryPool:
+def memory_pool(queue: cl.CommandQueue) -> cl_tools.MemoryPool:
     """The pool clpool allocates outputs and uploads from on `queue`, one per queue so that
     a reused block is only ever touched in that queue's order. Reuse spares a CPU device
     the page faults of fresh memory and every device the cost of creating buffers."""
@@ -50,7 +55,7 @@ def empty_cache() -> None:
 _FAST = "_fast" in inspect.signature(cla.Array.__init__).parameters
 
 
-def _empty(plan: plans.Plan, spec: plans.Output, pool) -> cla.Array:
+def _empty(plan: plans.Plan, spec: plans.Output, pool: cl_tools.MemoryPool | None) -> cla.Array:
     """A new array for output `spec` of `plan`."""
     if _FAST:
         return cla.Array(
@@ -67,7 +72,9 @@ def _empty(plan: plans.Plan, spec: plans.Output, pool) -> cla.Array:
     return cla.Array(plan.queue, spec.shape, spec.dtype, strides=spec.strides, allocator=pool)
 
 
-def _upload(queue, value: object, pool, as_is: bool) -> cla.Array:
+def _upload(
+    queue: cl.CommandQueue, value: object, pool: cl_tools.MemoryPool | None, as_is: bool
+) -> cla.Array:
     """A numpy input on the device (a blocking copy: no event to wait on), C-contiguous;
     for a plan that reads its inputs as they are (`as_is`), a channels-last one
     channels-last (plans.uploads_nhwc), as its own bytes where it is dense."""
@@ -75,7 +82,9 @@ def _upload(queue, value: object, pool, as_is: bool) -> cla.Array:
         a = plans.host_array(value)
         if as_is and plans.uploads_nhwc(a):
             nhwc = np.ascontiguousarray(a.transpose(0, 2, 3, 1))
-            return cla.to_device(queue, nhwc, allocator=pool).transpose((0, 3, 1, 2))
+            dense = cla.to_device(queue, nhwc, allocator=pool)
+            # pyopencl's Array.transpose has no annotations
+            return cast(cla.Array, dense.transpose((0, 3, 1, 2)))  # type: ignore[no-untyped-call]
         a = np.ascontiguousarray(a)
     except MemoryError:
         nbytes = np.asarray(value).nbytes
@@ -88,17 +97,23 @@ def _upload(queue, value: object, pool, as_is: bool) -> cla.Array:
 def _get(a: cla.Array) -> np.ndarray:
     """Output `a` on the host, with its strides (a channels-last one as its own bytes)."""
     if a.flags.c_contiguous:
-        return a.get()
-    return a.transpose((0, 2, 3, 1)).get().transpose(0, 3, 1, 2)
+        host: np.ndarray = a.get()
+        return host
+    # pyopencl's Array.transpose has no annotations
+    nhwc: np.ndarray = a.transpose((0, 2, 3, 1)).get()  # type: ignore[no-untyped-call]
+    nchw: np.ndarray = nhwc.transpose(0, 3, 1, 2)
+    return nchw
 
 
-def run(plan: plans.Plan, arrays: tuple, out: list[cla.Array] | None = None) -> list:
+def run(
+    plan: plans.Plan, arrays: tuple[object, ...], out: list[cla.Array] | None = None
+) -> list[cla.Array] | list[np.ndarray]:
     """Run `plan` on the call's input arrays; its outputs, in the inputs' kind, or written
     into `out` (Arrays already checked against the plan's outputs) and returned."""
     queue = plan.queue
     pool = memory_pool(queue) if plan.pooled else None
-    slots: dict[str, object] = {}
-    waits: list = []
+    slots: dict[str, kernels.Slot] = {}
+    waits: list[cl.Event] = []
     for a, slot, copy in zip(arrays, plan.inputs, plan.copies, strict=True):
         if slot is None:
             continue

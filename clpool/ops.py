@@ -5,22 +5,24 @@ repeat call binds its buffers and enqueues."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 import pyopencl as cl
 import pyopencl.array as cla
 
 from . import adopt, launch, plans, shapes
 from .discovery import choose, refuse_if_forked, require, runtime
 from .errors import PoolArgumentError, Problem, Where, reporting
-from .plans import Planner
+from .plans import Planner, Scalars
+from .types import OptionalSize, Out, Size, Tensor
 
-Tensor = np.ndarray | cla.Array
 INDEX_BITS = {np.dtype(np.int32): 32, np.dtype(np.int64): 64}
 
 
-def _signature(a: object) -> tuple:
+def _signature(a: object) -> tuple[Hashable, ...]:
     """What a plan depends on in one input: shape, layout, dtype and queue (a numpy
     input: shape and dtype)."""
     if isinstance(a, cla.Array):
@@ -34,12 +36,12 @@ def _signature(a: object) -> tuple:
 def _run(
     label: str,
     make: Callable[..., plans.Plan],
-    arrays: tuple,
-    params: tuple,
-    queue: object = None,
-    out: object = None,
+    arrays: tuple[object, ...],
+    params: tuple[object, ...],
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
     results: int = 1,
-) -> list:
+) -> Sequence[Tensor]:
     """Run op `label` on `arrays`: the plan `make(where, arrays, *params, queue)` gives,
     made once per call signature (and queue), writing into `out` where given. The results
     follow the inputs (see adopt)."""
@@ -51,12 +53,14 @@ def _run(
         arrays, like = adopt.inputs(arrays, 1 if label.endswith("_backward") else 0)
         if queue is None and given and not any(isinstance(a, cla.Array) for a in arrays):
             queue = given[0].queue  # host inputs with out=: run where out lives
+        key: tuple[Hashable, ...] | None
         try:
-            on = queue.int_ptr if queue is not None else None  # type: ignore[attr-defined]
-            key = (label, repr(params), *map(_signature, arrays), on)
+            on = queue.int_ptr if queue is not None else None
+            signatures = tuple(map(_signature, arrays))
+            key = (label, repr(params), *signatures, on)
         except TypeError:
             key = None
-        if key is not None and any(part[-1] is None for part in key[2:-1]):
+        if key is not None and any(part[-1] is None for part in signatures):
             # numpy inputs run where the environment says, unless device= or queue= says
             key += (os.environ.get("CLPOOL_DEVICE"), os.environ.get("PYOPENCL_CTX"))
         plan = plans.cached(key) if key is not None else None
@@ -67,9 +71,9 @@ def _run(
         where.device, where.dtype = plan.device, plan.dtype
         if given is not None:
             adopt.check_out(given, plan.outputs, plan.context)
-        got = launch.run(plan, arrays, given)
+        got: Sequence[Tensor] = launch.run(plan, arrays, given)
         if like is not None and given is None and plan.host:
-            got = adopt.tensors(got, like)
+            got = adopt.tensors(cast(list[np.ndarray], got), like)  # a host plan's: numpy
         return got
 
 
@@ -87,7 +91,7 @@ def _check_index_range(bits: int, plane: int) -> None:
         )
 
 
-def _index_bits(index_dtype: object) -> int:
+def _index_bits(index_dtype: npt.DTypeLike) -> int:
     try:
         return INDEX_BITS[np.dtype(index_dtype)]
     except (TypeError, KeyError):
@@ -96,7 +100,7 @@ def _index_bits(index_dtype: object) -> int:
         ) from None
 
 
-def _given_index_bits(indices: Tensor) -> int:
+def _given_index_bits(indices: np.ndarray | cla.Array) -> int:
     """The width of a backward op's indices, int64 or int32."""
     if indices.dtype not in INDEX_BITS:
         raise Problem(
@@ -105,14 +109,12 @@ def _given_index_bits(indices: Tensor) -> int:
     return INDEX_BITS[indices.dtype]
 
 
-def _max_sizes(win: shapes.Window, h: int, w: int) -> dict[str, int]:
+def _max_sizes(win: shapes.Window, h: int, w: int) -> Scalars:
     return dict(H=h, W=w, OH=win.oh, OW=win.ow, kh=win.kh, kw=win.kw, sh=win.sh, sw=win.sw,
                 ph=win.ph, pw=win.pw, dh=win.dh, dw=win.dw)  # fmt: skip
 
 
-def _avg_sizes(
-    win: shapes.Window, h: int, w: int, include_pad: bool, divisor: int
-) -> dict[str, int]:
+def _avg_sizes(win: shapes.Window, h: int, w: int, include_pad: bool, divisor: int) -> Scalars:
     return dict(H=h, W=w, OH=win.oh, OW=win.ow, kh=win.kh, kw=win.kw, sh=win.sh, sw=win.sw,
                 ph=win.ph, pw=win.pw, count_include_pad=int(include_pad),
                 divisor_override=divisor)  # fmt: skip
@@ -120,16 +122,16 @@ def _avg_sizes(
 
 def _plan_max_forward(
     where: Where,
-    arrays: tuple,
-    kernel_size,
-    stride,
-    padding,
-    dilation,
-    ceil_mode,
-    index_dtype: object,
+    arrays: tuple[object, ...],
+    kernel_size: object,
+    stride: object,
+    padding: object,
+    dilation: object,
+    ceil_mode: object,
+    index_dtype: npt.DTypeLike,
     with_indices: bool,
     device: object,
-    queue: object,
+    queue: cl.CommandQueue | None,
 ) -> plans.Plan:
     p = Planner(where, "max", device, arrays, queue)
     x = p.arrays[0]
@@ -164,17 +166,17 @@ def _plan_max_forward(
 
 def max_pool2d(
     input: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
-    dilation=1,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
     ceil_mode: bool = False,
     return_indices: bool = False,
     *,
-    index_dtype: object = "int64",
+    index_dtype: npt.DTypeLike = "int64",
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """2-D max pooling, as torch.nn.functional.max_pool2d; with return_indices, as
     max_pool2d_with_indices."""
@@ -189,16 +191,16 @@ def max_pool2d(
 
 def max_pool2d_with_indices(
     input: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
-    dilation=1,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
     ceil_mode: bool = False,
     *,
-    index_dtype: object = "int64",
+    index_dtype: npt.DTypeLike = "int64",
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> tuple[Tensor, Tensor]:
     """2-D max pooling and the flat h*W + w index of each maximum in its input plane;
     out=, where given, is a pair (values, indices)."""
@@ -210,7 +212,12 @@ def max_pool2d_with_indices(
 
 
 def _backward_planner(
-    where: Where, family: str, device: object, arrays: tuple, queue: object, spatial: int = 2
+    where: Where,
+    family: str,
+    device: object,
+    arrays: tuple[object, ...],
+    queue: cl.CommandQueue | None,
+    spatial: int = 2,
 ) -> tuple[Planner, tuple[int, ...]]:
     """The planner of a backward op over `spatial` axes: runs where grad_output lives, with
     x's dtype, and x's (N, C, *spatial sizes)."""
@@ -231,8 +238,9 @@ def _backward_planner(
 
 
 def _plan_max_backward(
-    where: Where, arrays: tuple, kernel_size, stride, padding, dilation, ceil_mode, device,
-    queue,
+    where: Where, arrays: tuple[object, ...], kernel_size: object, stride: object,
+    padding: object, dilation: object, ceil_mode: object, device: object,
+    queue: cl.CommandQueue | None,
 ) -> plans.Plan:  # fmt: skip
     p, (n, c, h, w) = _backward_planner(where, "max", device, arrays, queue)
     grad, x, indices = p.arrays
@@ -255,16 +263,16 @@ def _plan_max_backward(
 def max_pool2d_with_indices_backward(
     grad_output: Tensor,
     input: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
-    dilation=1,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
     ceil_mode: bool = False,
     indices: Tensor | None = None,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """Gradient of max_pool2d_with_indices with respect to its input. The arguments are in
     ATen's order: indices comes last (and is required)."""
@@ -277,16 +285,20 @@ def max_pool2d_with_indices_backward(
     return _run(label, _plan_max_backward, arrays, params, queue, out)[0]
 
 
-def _avg_window(h: int, w: int, kernel_size, stride, padding, ceil_mode, include_pad, override):
+def _avg_window(
+    h: int, w: int, kernel_size: object, stride: object, padding: object, ceil_mode: object,
+    include_pad: object, override: object,
+) -> tuple[shapes.Window, bool, int]:  # fmt: skip
     """The window of average pooling on an (h, w) plane and its divisor argument."""
     win = shapes.window((h, w), kernel_size, stride, padding, 1, ceil_mode, family="avg")
-    include_pad = shapes.flag(include_pad, "count_include_pad")
-    return win, include_pad, shapes.avg_divisor((h, w), win, include_pad, shapes.divisor(override))
+    include = shapes.flag(include_pad, "count_include_pad")
+    return win, include, shapes.avg_divisor((h, w), win, include, shapes.divisor(override))
 
 
 def _plan_avg_forward(
-    where: Where, arrays: tuple, kernel_size, stride, padding, ceil_mode, include_pad,
-    override, device, queue,
+    where: Where, arrays: tuple[object, ...], kernel_size: object, stride: object,
+    padding: object, ceil_mode: object, include_pad: object, override: object, device: object,
+    queue: cl.CommandQueue | None,
 ) -> plans.Plan:  # fmt: skip
     p = Planner(where, "avg", device, arrays, queue)
     x = p.arrays[0]
@@ -306,16 +318,16 @@ def _plan_avg_forward(
 
 def avg_pool2d(
     input: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
     ceil_mode: bool = False,
     count_include_pad: bool = True,
     divisor_override: int | None = None,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """2-D average pooling, as torch.nn.functional.avg_pool2d."""
     params = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, device)
@@ -323,8 +335,9 @@ def avg_pool2d(
 
 
 def _plan_avg_backward(
-    where: Where, arrays: tuple, kernel_size, stride, padding, ceil_mode, include_pad,
-    override, device, queue,
+    where: Where, arrays: tuple[object, ...], kernel_size: object, stride: object,
+    padding: object, ceil_mode: object, include_pad: object, override: object, device: object,
+    queue: cl.CommandQueue | None,
 ) -> plans.Plan:  # fmt: skip
     p, (n, c, h, w) = _backward_planner(where, "avg", device, arrays, queue)
     grad, x = p.arrays
@@ -345,16 +358,16 @@ def _plan_avg_backward(
 def avg_pool2d_backward(
     grad_output: Tensor,
     input: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
     ceil_mode: bool = False,
     count_include_pad: bool = True,
     divisor_override: int | None = None,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """Gradient of avg_pool2d with respect to its input."""
     params = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, device)
@@ -384,11 +397,18 @@ def _equal_cells(h: int, w: int, oh: int, ow: int) -> shapes.Window | None:
 def _fixed_cells(p: Planner, win: shapes.Window | None) -> bool:
     """Whether equal adaptive cells are built as constants: square, of a side in the
     policy's fixed set (cells follow the input's size; a program per size would not)."""
-    fixed = win is not None and win.kh == win.kw and win.kh in p.policy.adaptive_cells
-    return fixed and (not p.gpu or win.kh <= p.policy.specialize_up_to)
+    if win is None or win.kh != win.kw or win.kh not in p.policy.adaptive_cells:
+        return False
+    return not p.gpu or win.kh <= p.policy.specialize_up_to
 
 
-def _plan_adaptive_forward(where: Where, arrays: tuple, output_size, device, queue) -> plans.Plan:
+def _plan_adaptive_forward(
+    where: Where,
+    arrays: tuple[object, ...],
+    output_size: object,
+    device: object,
+    queue: cl.CommandQueue | None,
+) -> plans.Plan:
     p = Planner(where, "adaptive", device, arrays, queue)
     x = p.arrays[0]
     n, c, h, w = shapes.split_batch(x.shape)
@@ -401,7 +421,7 @@ def _plan_adaptive_forward(where: Where, arrays: tuple, output_size, device, que
     )
     p.output("out", _unbatched((n, c, oh, ow), x.ndim), like=0)
     acc = np.dtype(np.float64 if p.dtype == np.float64 else np.float32)
-    sizes = dict(H=h, W=w, OH=oh, OW=ow)
+    sizes: Scalars = dict(H=h, W=w, OH=oh, OW=ow)
     if not n * c * oh * ow:
         return p.plan("x")
     if p.strided and whole and p.gpu:
@@ -448,14 +468,21 @@ def _plan_adaptive_forward(where: Where, arrays: tuple, output_size, device, que
 
 
 def adaptive_avg_pool2d(
-    input: Tensor, output_size, *, device: object = None, queue: object = None, out: object = None
+    input: Tensor,
+    output_size: OptionalSize,
+    *,
+    device: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """2-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool2d."""
     params = (output_size, device)
     return _run("adaptive_avg_pool2d", _plan_adaptive_forward, (input,), params, queue, out)[0]
 
 
-def _plan_adaptive_backward(where: Where, arrays: tuple, device, queue) -> plans.Plan:
+def _plan_adaptive_backward(
+    where: Where, arrays: tuple[object, ...], device: object, queue: cl.CommandQueue | None
+) -> plans.Plan:
     p, (n, c, h, w) = _backward_planner(where, "adaptive", device, arrays, queue)
     grad, x = p.arrays
     shapes.expect_shape("grad_output", grad.shape[:-2], x.shape[:-2])
@@ -500,8 +527,8 @@ def adaptive_avg_pool2d_backward(
     input: Tensor,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """Gradient of adaptive_avg_pool2d with respect to its input; the output size is
     grad_output's."""

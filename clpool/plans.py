@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyopencl as cl
@@ -39,6 +40,9 @@ TILED_FAMILIES = ("max", "avg")  # the SOURCES that hold them
 # Work-items along a row of a work-group: 64 keeps a row's loads in one or two cache lines
 # of a GPU and leaves room for rows of the tile.
 ROW_GROUP = 64
+# A kernel's scalar arguments by name (ints), as the ops pass them to Planner.step: Any
+# because mypy holds a **dict's values to every keyword parameter (local, slots, ...) too.
+Scalars: TypeAlias = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,9 @@ def pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def ndrange(device: cl.Device, cols: int, rows: int, planes: int) -> tuple[tuple, tuple]:
+def ndrange(
+    device: cl.Device, cols: int, rows: int, planes: int
+) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """Global and local sizes for a kernel with one work-item per (col, row, plane)."""
     group = min(policy.current().group, device.max_work_group_size)
     lx = min(pow2_at_least(cols), ROW_GROUP, group)
@@ -136,7 +142,7 @@ def dense_strides(shape: tuple[int, ...], last: bool = False) -> tuple[int, ...]
 
 
 def _resolve(
-    where: Where, spec: object, arrays: tuple, queue: cl.CommandQueue | None = None
+    where: Where, spec: object, arrays: tuple[object, ...], queue: cl.CommandQueue | None = None
 ) -> tuple[Runtime, bool]:
     """The device, context and queue a call runs on (`queue`'s where given, else the device
     arrays', else the chosen device's), and whether its results go back as numpy."""
@@ -170,7 +176,7 @@ class Planner:
         where: Where,
         family: str,
         spec: object,
-        arrays: tuple,
+        arrays: tuple[object, ...],
         queue: cl.CommandQueue | None = None,
     ) -> None:
         self.rt, self.host = _resolve(where, spec, arrays, queue)
@@ -307,7 +313,7 @@ class Planner:
         sizes: tuple[int, ...],
         local: tuple[int, ...] | None = None,
         slots: dict[str, str] | None = None,
-        **scalars: object,
+        **scalars: Any,
     ) -> None:
         """Launch kernel `name` over `sizes` (cols, rows, planes), each work-item taking
         the call's tile, or over an explicit range with `local`; its other arguments are
@@ -321,7 +327,7 @@ class Planner:
         self.steps.append(kernels.bind(self.kernel(name, own=True), sizes, local, slots, **scalars))
 
     def step_by_plane(
-        self, name: str, sizes: tuple[int, ...], slots: dict | None = None, **scalars: object
+        self, name: str, sizes: tuple[int, ...], slots: dict[str, str] | None = None, **scalars: Any
     ) -> None:
         """Launch kernel `name` over `sizes` (cols, rows, planes), or its `_plane` variant
         over the planes where specialize() chose that."""
@@ -337,7 +343,7 @@ class Planner:
         slots: dict[str, str] | None = None,
         lanes: int = 1,
         group: tuple[int, int] | None = None,
-        **scalars: object,
+        **scalars: Any,
     ) -> None:
         """Launch _strided kernel `name` over the elements of the call's first output,
         reading input i through its strides as view `v` for each `v: i` of `views` (its

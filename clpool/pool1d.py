@@ -4,15 +4,19 @@ are the 2-D kernels' flat h * W + w indices with h = 0."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
+import pyopencl as cl
 import pyopencl.array as cla
 
 from . import adopt, ops
 from .errors import KernelError, PoolArgumentError, PoolError, Problem, fail, reporting
+from .types import OptionalSize, Out, Size, Tensor
 
-Tensor = ops.Tensor
+R = TypeVar("R")
 
 
 def _size(value: object, name: str, fill: int) -> object:
@@ -28,7 +32,9 @@ def _size(value: object, name: str, fill: int) -> object:
     return (fill, value)
 
 
-def _window(kernel_size: object, stride: object, padding: object, *dilation: object) -> tuple:
+def _window(
+    kernel_size: object, stride: object, padding: object, *dilation: object
+) -> tuple[object, ...]:
     """kernel_size, stride, padding (and dilation) of a 1-D op in their 2-D forms."""
     names = ("kernel_size", "stride", "padding", "dilation")
     fills = (1, 1, 0, 1)
@@ -37,10 +43,13 @@ def _window(kernel_size: object, stride: object, padding: object, *dilation: obj
 
 
 def _rank(a: object) -> int:
-    return len(a.shape) if isinstance(a, (np.ndarray, cla.Array)) else np.ndim(a)
+    # anything else: numpy judges it
+    return (
+        len(a.shape) if isinstance(a, (np.ndarray, cla.Array)) else np.ndim(cast(npt.ArrayLike, a))
+    )
 
 
-def _widen(a: object) -> object:
+def _widen(a: object) -> np.ndarray | cla.Array:
     """An (N, C, L) or (C, L) input as (N, C, 1, L) or (C, 1, L), sharing its memory."""
     if isinstance(a, cla.Array):
         shape = (*a.shape[:-1], 1, a.shape[-1])
@@ -50,14 +59,17 @@ def _widen(a: object) -> object:
     return np.expand_dims(np.asarray(a), -2)
 
 
-def _narrow(a: object) -> object:
+def _narrow(a: np.ndarray | cla.Array) -> np.ndarray | cla.Array:
     """A 2-D op's (..., 1, L) result as (..., L)."""
     if isinstance(a, cla.Array):
-        return a.reshape((*a.shape[:-2], a.shape[-1]))
+        # pyopencl's Array.reshape has no annotations
+        return cast(cla.Array, a.reshape((*a.shape[:-2], a.shape[-1])))  # type: ignore[no-untyped-call]
     return a[..., 0, :]
 
 
-def _run(label: str, op: Callable[..., object], arrays: tuple, *args: object, **kw: object):
+def _run(
+    label: str, op: Callable[..., R], arrays: tuple[object, ...], *args: object, **kw: object
+) -> R:
     """Run the 2-D `op` on the 1-D `arrays` under `label`: ranks checked, inputs widened,
     results narrowed and returned in the inputs' kind; its errors named for `label`."""
     try:
@@ -67,7 +79,8 @@ def _run(label: str, op: Callable[..., object], arrays: tuple, *args: object, **
                 if _rank(a) not in (2, 3):
                     raise Problem(
                         PoolArgumentError,
-                        f"expected a 2-D (C, L) or 3-D (N, C, L) input, got shape {np.shape(a)}",
+                        "expected a 2-D (C, L) or 3-D (N, C, L) input, got shape "
+                        f"{np.shape(cast(npt.ArrayLike, a))}",
                     )
             if kw.get("out") is not None:
                 out = kw["out"]
@@ -76,25 +89,27 @@ def _run(label: str, op: Callable[..., object], arrays: tuple, *args: object, **
     except PoolError as e:
         extra = dict(log=e.log, options=e.options) if isinstance(e, KernelError) else {}
         fail(type(e), label, e.device, e.dtype, e.reason, **extra)
-    results = [_narrow(r) for r in (got if isinstance(got, tuple) else (got,))]
+    # the 2-D ops' results for adopted inputs: numpy arrays or pyopencl Arrays
+    parts = cast(tuple[np.ndarray | cla.Array, ...], got if isinstance(got, tuple) else (got,))
+    results: Sequence[Tensor] = [_narrow(r) for r in parts]
     if like is not None and isinstance(results[0], np.ndarray):
-        results = adopt.tensors(results, like)
-    return tuple(results) if isinstance(got, tuple) else results[0]
+        results = adopt.tensors(cast(list[np.ndarray], results), like)
+    return cast(R, tuple(results) if isinstance(got, tuple) else results[0])
 
 
 def max_pool1d(
     input: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
-    dilation=1,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
     ceil_mode: bool = False,
     return_indices: bool = False,
     *,
-    index_dtype: object = "int64",
+    index_dtype: npt.DTypeLike = "int64",
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """1-D max pooling, as torch.nn.functional.max_pool1d; with return_indices, also the
     index of each maximum along L."""
@@ -109,16 +124,16 @@ def max_pool1d(
 def max_pool1d_with_indices_backward(
     grad_output: Tensor,
     input: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
-    dilation=1,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
     ceil_mode: bool = False,
     indices: Tensor | None = None,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """Gradient of max_pool1d (return_indices=True) with respect to its input."""
     label = "max_pool1d_with_indices_backward"
@@ -127,8 +142,13 @@ def max_pool1d_with_indices_backward(
             raise Problem(PoolArgumentError, "indices is required (the forward's indices)")
         sizes = _window(kernel_size, stride, padding, dilation)
 
-    def op(g, x, i, *args, **kw):
-        return ops.max_pool2d_with_indices_backward(g, x, *args, ceil_mode, i, **kw)
+    def op(
+        g: Tensor, x: Tensor, i: Tensor, k: Size, s: Size | None, p: Size, d: Size, *,
+        device: object, queue: cl.CommandQueue | None, out: Out,
+    ) -> Tensor:  # fmt: skip
+        return ops.max_pool2d_with_indices_backward(
+            g, x, k, s, p, d, ceil_mode, i, device=device, queue=queue, out=out
+        )
 
     return _run(label, op, (grad_output, input, indices), *sizes, device=device, queue=queue,
                 out=out)  # fmt: skip
@@ -136,15 +156,15 @@ def max_pool1d_with_indices_backward(
 
 def avg_pool1d(
     input: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
     ceil_mode: bool = False,
     count_include_pad: bool = True,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """1-D average pooling, as torch.nn.functional.avg_pool1d."""
     with reporting("avg_pool1d"):
@@ -156,15 +176,15 @@ def avg_pool1d(
 def avg_pool1d_backward(
     grad_output: Tensor,
     input: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
     ceil_mode: bool = False,
     count_include_pad: bool = True,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """Gradient of avg_pool1d with respect to its input."""
     label = "avg_pool1d_backward"
@@ -176,11 +196,11 @@ def avg_pool1d_backward(
 
 def adaptive_avg_pool1d(
     input: Tensor,
-    output_size,
+    output_size: OptionalSize,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """1-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool1d."""
     with reporting("adaptive_avg_pool1d"):
@@ -194,8 +214,8 @@ def adaptive_avg_pool1d_backward(
     input: Tensor,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """Gradient of adaptive_avg_pool1d with respect to its input; the output size is
     grad_output's."""

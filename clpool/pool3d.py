@@ -7,18 +7,20 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
+import pyopencl as cl
 
 from . import plans, shapes
 from .errors import PoolArgumentError, Problem, Where, reporting
 from .ops import (
-    Tensor,
     _backward_planner,
     _check_index_range,
     _given_index_bits,
     _index_bits,
     _run,
 )
-from .plans import Planner
+from .plans import Planner, Scalars
+from .types import OptionalSize, Out, Size, Tensor
 
 FAMILY = "pool3d"
 
@@ -45,26 +47,27 @@ def _axes(prefix: str, values: tuple[int, ...]) -> dict[str, int]:
     return {f"{prefix}{axis}": v for axis, v in zip("dhw", values, strict=True)}
 
 
-def _shape_sizes(dhw: tuple[int, ...], out: tuple[int, ...]) -> dict[str, int]:
+def _shape_sizes(dhw: tuple[int, ...], out: tuple[int, ...]) -> Scalars:
     return dict(D=dhw[0], H=dhw[1], W=dhw[2], OD=out[0], OH=out[1], OW=out[2])
 
 
-def _max_sizes(win: shapes.Window3d, dhw: tuple[int, ...]) -> dict[str, int]:
+def _max_sizes(win: shapes.Window3d, dhw: tuple[int, ...]) -> Scalars:
     return {**_shape_sizes(dhw, win.out), **_axes("k", win.k), **_axes("s", win.s),
             **_axes("p", win.p), **_axes("d", win.d)}  # fmt: skip
 
 
 def _avg_sizes(
     win: shapes.Window3d, dhw: tuple[int, ...], include_pad: bool, divisor: int
-) -> dict[str, int]:
+) -> Scalars:
     return {**_shape_sizes(dhw, win.out), **_axes("k", win.k), **_axes("s", win.s),
             **_axes("p", win.p), "count_include_pad": int(include_pad),
             "divisor_override": divisor}  # fmt: skip
 
 
 def _plan_max_forward(
-    where: Where, arrays: tuple, kernel_size, stride, padding, dilation, ceil_mode,
-    index_dtype: object, with_indices: bool, device: object, queue: object,
+    where: Where, arrays: tuple[object, ...], kernel_size: object, stride: object,
+    padding: object, dilation: object, ceil_mode: object, index_dtype: npt.DTypeLike,
+    with_indices: bool, device: object, queue: cl.CommandQueue | None,
 ) -> plans.Plan:  # fmt: skip
     p = Planner(where, FAMILY, device, arrays, queue)
     x = p.arrays[0]
@@ -92,17 +95,17 @@ def _plan_max_forward(
 
 def max_pool3d(
     input: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
-    dilation=1,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
     ceil_mode: bool = False,
     return_indices: bool = False,
     *,
-    index_dtype: object = "int64",
+    index_dtype: npt.DTypeLike = "int64",
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """3-D max pooling, as torch.nn.functional.max_pool3d; with return_indices, as
     max_pool3d_with_indices."""
@@ -117,16 +120,16 @@ def max_pool3d(
 
 def max_pool3d_with_indices(
     input: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
-    dilation=1,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
     ceil_mode: bool = False,
     *,
-    index_dtype: object = "int64",
+    index_dtype: npt.DTypeLike = "int64",
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> tuple[Tensor, Tensor]:
     """3-D max pooling and the flat d*H*W + h*W + w index of each maximum in its input
     volume; out=, where given, is a pair (values, indices)."""
@@ -138,8 +141,9 @@ def max_pool3d_with_indices(
 
 
 def _plan_max_backward(
-    where: Where, arrays: tuple, kernel_size, stride, padding, dilation, ceil_mode, device,
-    queue,
+    where: Where, arrays: tuple[object, ...], kernel_size: object, stride: object,
+    padding: object, dilation: object, ceil_mode: object, device: object,
+    queue: cl.CommandQueue | None,
 ) -> plans.Plan:  # fmt: skip
     p, batch = _backward_planner(where, FAMILY, device, arrays, queue, spatial=3)
     n, c, dhw = batch[0], batch[1], batch[2:]
@@ -161,16 +165,16 @@ def _plan_max_backward(
 def max_pool3d_with_indices_backward(
     grad_output: Tensor,
     input: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
-    dilation=1,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
     ceil_mode: bool = False,
     indices: Tensor | None = None,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """Gradient of max_pool3d_with_indices with respect to its input. The arguments are in
     ATen's order: indices comes last (and is required)."""
@@ -183,7 +187,10 @@ def max_pool3d_with_indices_backward(
     return _run(label, _plan_max_backward, arrays, params, queue, out)[0]
 
 
-def _avg_window(dhw, kernel_size, stride, padding, ceil_mode, include_pad, override):
+def _avg_window(
+    dhw: tuple[int, ...], kernel_size: object, stride: object, padding: object,
+    ceil_mode: object, include_pad: object, override: object,
+) -> tuple[shapes.Window3d, bool, int]:  # fmt: skip
     """The window of 3-D average pooling on a (d, h, w) volume, count_include_pad as a bool
     and divisor_override as an int (0: none)."""
     win = shapes.window3d(dhw, kernel_size, stride, padding, 1, ceil_mode, family="avg")
@@ -191,35 +198,36 @@ def _avg_window(dhw, kernel_size, stride, padding, ceil_mode, include_pad, overr
 
 
 def _plan_avg_forward(
-    where: Where, arrays: tuple, kernel_size, stride, padding, ceil_mode, include_pad,
-    override, device, queue,
+    where: Where, arrays: tuple[object, ...], kernel_size: object, stride: object,
+    padding: object, ceil_mode: object, include_pad: object, override: object, device: object,
+    queue: cl.CommandQueue | None,
 ) -> plans.Plan:  # fmt: skip
     p = Planner(where, FAMILY, device, arrays, queue)
     x = p.arrays[0]
     n, c, dhw = _split(x.shape)
-    win, include_pad, div = _avg_window(
+    win, include, div = _avg_window(
         dhw, kernel_size, stride, padding, ceil_mode, include_pad, override
     )
     _volumes(p, dhw, win.out)
     p.output("out", _unbatched((n, c, *win.out), x.ndim))
     od, oh, ow = win.out
     if n * c:
-        p.step("avg_pool3d_forward", (ow, oh, n * c * od), **_avg_sizes(win, dhw, include_pad, div))
+        p.step("avg_pool3d_forward", (ow, oh, n * c * od), **_avg_sizes(win, dhw, include, div))
     return p.plan("x")
 
 
 def avg_pool3d(
     input: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
     ceil_mode: bool = False,
     count_include_pad: bool = True,
     divisor_override: int | None = None,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """3-D average pooling, as torch.nn.functional.avg_pool3d."""
     params = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, device)
@@ -227,13 +235,14 @@ def avg_pool3d(
 
 
 def _plan_avg_backward(
-    where: Where, arrays: tuple, kernel_size, stride, padding, ceil_mode, include_pad,
-    override, device, queue,
+    where: Where, arrays: tuple[object, ...], kernel_size: object, stride: object,
+    padding: object, ceil_mode: object, include_pad: object, override: object, device: object,
+    queue: cl.CommandQueue | None,
 ) -> plans.Plan:  # fmt: skip
     p, batch = _backward_planner(where, FAMILY, device, arrays, queue, spatial=3)
     n, c, dhw = batch[0], batch[1], batch[2:]
     grad, x = p.arrays
-    win, include_pad, div = _avg_window(
+    win, include, div = _avg_window(
         dhw, kernel_size, stride, padding, ceil_mode, include_pad, override
     )
     shapes.expect_shape("grad_output", grad.shape, x.shape[:-3] + win.out)
@@ -241,23 +250,23 @@ def _plan_avg_backward(
     p.output("grad_x", x.shape)
     d, h, w = dhw
     if n * c:
-        p.step("avg_pool3d_backward", (w, h, n * c * d), **_avg_sizes(win, dhw, include_pad, div))
+        p.step("avg_pool3d_backward", (w, h, n * c * d), **_avg_sizes(win, dhw, include, div))
     return p.plan("grad_out", None)
 
 
 def avg_pool3d_backward(
     grad_output: Tensor,
     input: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
     ceil_mode: bool = False,
     count_include_pad: bool = True,
     divisor_override: int | None = None,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """Gradient of avg_pool3d with respect to its input."""
     params = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, device)
@@ -265,7 +274,13 @@ def avg_pool3d_backward(
     return _run("avg_pool3d_backward", _plan_avg_backward, arrays, params, queue, out)[0]
 
 
-def _plan_adaptive_forward(where: Where, arrays: tuple, output_size, device, queue) -> plans.Plan:
+def _plan_adaptive_forward(
+    where: Where,
+    arrays: tuple[object, ...],
+    output_size: object,
+    device: object,
+    queue: cl.CommandQueue | None,
+) -> plans.Plan:
     p = Planner(where, FAMILY, device, arrays, queue)
     x = p.arrays[0]
     n, c, dhw = _split(x.shape)
@@ -281,14 +296,21 @@ def _plan_adaptive_forward(where: Where, arrays: tuple, output_size, device, que
 
 
 def adaptive_avg_pool3d(
-    input: Tensor, output_size, *, device: object = None, queue: object = None, out: object = None
+    input: Tensor,
+    output_size: OptionalSize,
+    *,
+    device: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """3-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool3d."""
     params = (output_size, device)
     return _run("adaptive_avg_pool3d", _plan_adaptive_forward, (input,), params, queue, out)[0]
 
 
-def _plan_adaptive_backward(where: Where, arrays: tuple, device, queue) -> plans.Plan:
+def _plan_adaptive_backward(
+    where: Where, arrays: tuple[object, ...], device: object, queue: cl.CommandQueue | None
+) -> plans.Plan:
     p, batch = _backward_planner(where, FAMILY, device, arrays, queue, spatial=3)
     n, c, dhw = batch[0], batch[1], batch[2:]
     grad, x = p.arrays
@@ -307,8 +329,8 @@ def adaptive_avg_pool3d_backward(
     input: Tensor,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """Gradient of adaptive_avg_pool3d with respect to its input; the output size is
     grad_output's."""

@@ -14,20 +14,32 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
+
+from .types import OptionalSize, Size
+
+# (kernel_size, stride, padding, dilation, output sizes) of a window over two or three axes
+_Window2d = tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int], int, int]
+_Window3d = tuple[
+    tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]
+]
+# an output position, its input slices and its divisor
+_Cell3d = tuple[tuple[int, ...], tuple[slice, ...], int]
 
 
-def _pair(value) -> tuple[int, int]:
+def _pair(value: Size) -> tuple[int, int]:
     if isinstance(value, (tuple, list)):
         return (int(value[0]), int(value[-1]))
     return (int(value), int(value))
 
 
-def _planes(x: np.ndarray) -> np.ndarray:
+def _planes(x: npt.ArrayLike) -> np.ndarray:
     """x as float64 planes (N*C, H, W)."""
-    x = np.asarray(x)
-    return x.astype(np.float64).reshape((int(np.prod(x.shape[:-2])),) + x.shape[-2:])
+    a = np.asarray(x)
+    return a.astype(np.float64).reshape((int(np.prod(a.shape[:-2])),) + a.shape[-2:])
 
 
 def _restore(planes: np.ndarray, like_shape: tuple[int, ...]) -> np.ndarray:
@@ -45,7 +57,14 @@ def pooled_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> i
     return out
 
 
-def _window_args(shape, kernel_size, stride, padding, dilation, ceil_mode):
+def _window_args(
+    shape: tuple[int, ...],
+    kernel_size: Size,
+    stride: Size | None,
+    padding: Size,
+    dilation: Size,
+    ceil_mode: bool,
+) -> _Window2d:
     k, p, d = _pair(kernel_size), _pair(padding), _pair(dilation)
     s = k if stride is None or (isinstance(stride, (tuple, list)) and not stride) else _pair(stride)
     h, w = shape[-2:]
@@ -57,7 +76,14 @@ def _window_args(shape, kernel_size, stride, padding, dilation, ceil_mode):
 # ---------------------------------------------------------------- max pooling
 
 
-def max_pool2d_with_indices(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+def max_pool2d_with_indices(
+    x: npt.ArrayLike,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
+    ceil_mode: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """(values, int64 indices). ATen's CPU loop: padding is never read, start from -inf with
     the index of the window's first in-plane element, take v when v > best or v is NaN (so the
     last NaN wins, ties keep the first). A window with no element gives -inf and index -1."""
@@ -86,13 +112,21 @@ def max_pool2d_with_indices(x, kernel_size, stride=None, padding=0, dilation=1, 
     return _restore(out, shape), _restore(idx, shape)
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+def max_pool2d(
+    x: npt.ArrayLike,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
+    ceil_mode: bool = False,
+) -> np.ndarray:
     return max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)[0]
 
 
 def max_pool2d_with_indices_backward(
-    grad_output, x, indices, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False
-):
+    grad_output: npt.ArrayLike, x: npt.ArrayLike, indices: npt.ArrayLike, kernel_size: Size,
+    stride: Size | None = None, padding: Size = 0, dilation: Size = 1, ceil_mode: bool = False,
+) -> np.ndarray:  # fmt: skip
     """Adds each grad_output element to the input element its index names; an index that
     names no element of the plane is ignored."""
     shape = np.shape(x)
@@ -113,8 +147,9 @@ def max_pool2d_with_indices_backward(
 
 
 def _avg_windows(
-    shape, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
-):
+    shape: tuple[int, ...], kernel_size: Size, stride: Size | None, padding: Size,
+    ceil_mode: bool, count_include_pad: bool, divisor_override: int | None,
+) -> tuple[int, int, list[tuple[int, int, slice, slice, int]]]:  # fmt: skip
     """(oh, ow, cells): a cell (i, j, rows slice, cols slice, divisor) for every output
     element, as ATen computes them: the count_include_pad divisor is the window clipped to
     the padded input, and divisor_override wins."""
@@ -142,14 +177,14 @@ def _avg_windows(
 
 
 def avg_pool2d(
-    x,
-    kernel_size,
-    stride=None,
-    padding=0,
-    ceil_mode=False,
-    count_include_pad=True,
-    divisor_override=None,
-):
+    x: npt.ArrayLike,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> np.ndarray:
     xp = _planes(x)
     oh, ow, cells = _avg_windows(
         xp.shape, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
@@ -161,15 +196,15 @@ def avg_pool2d(
 
 
 def avg_pool2d_backward(
-    grad_output,
-    x,
-    kernel_size,
-    stride=None,
-    padding=0,
-    ceil_mode=False,
-    count_include_pad=True,
-    divisor_override=None,
-):
+    grad_output: npt.ArrayLike,
+    x: npt.ArrayLike,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> np.ndarray:
     """Adds grad / divisor to every input element of each window."""
     shape = np.shape(x)
     g = _planes(grad_output)
@@ -191,15 +226,16 @@ def _cell(i: int, size: int, out: int) -> slice:
     return slice((i * size) // out, -((-(i + 1) * size) // out))
 
 
-def adaptive_output_size(shape, output_size) -> tuple[int, int]:
+def adaptive_output_size(shape: tuple[int, ...], output_size: OptionalSize) -> tuple[int, int]:
     if isinstance(output_size, (tuple, list)):
         size = (output_size[0], output_size[-1])
     else:
         size = (output_size, output_size)
-    return tuple(shape[-2 + a] if size[a] is None else int(size[a]) for a in range(2))
+    h, w = (shape[-2 + a] if (v := size[a]) is None else int(v) for a in range(2))
+    return h, w
 
 
-def adaptive_avg_pool2d(x, output_size):
+def adaptive_avg_pool2d(x: npt.ArrayLike, output_size: OptionalSize) -> np.ndarray:
     xp = _planes(x)
     _, h, w = xp.shape
     oh, ow = adaptive_output_size(xp.shape, output_size)
@@ -210,7 +246,7 @@ def adaptive_avg_pool2d(x, output_size):
     return _restore(out, np.shape(x))
 
 
-def adaptive_avg_pool2d_backward(grad_output, x):
+def adaptive_avg_pool2d_backward(grad_output: npt.ArrayLike, x: npt.ArrayLike) -> np.ndarray:
     """Adds grad / cell area to every input element of each cell; the output size is
     grad_output's."""
     shape = np.shape(x)
@@ -230,13 +266,16 @@ def adaptive_avg_pool2d_backward(grad_output, x):
 # ---------------------------------------------------------------- max unpooling
 
 
-def _sizes(value, n: int) -> tuple[int, ...]:
+def _sizes(value: Size, n: int) -> tuple[int, ...]:
     if isinstance(value, (tuple, list)):
         return tuple(int(v) for v in value) if len(value) == n else (int(value[0]),) * n
     return (int(value),) * n
 
 
-def unpool_size(shape, spatial: int, kernel_size, stride=None, padding=0, output_size=None):
+def unpool_size(
+    shape: tuple[int, ...], spatial: int, kernel_size: Size, stride: Size | None = None,
+    padding: Size = 0, output_size: Sequence[int] | None = None,
+) -> tuple[int, ...]:  # fmt: skip
     """The output's spatial sizes: output_size's last `spatial` entries, or by default
     (in - 1) * stride - 2 * padding + kernel_size per axis."""
     if output_size is not None:
@@ -248,13 +287,16 @@ def unpool_size(shape, spatial: int, kernel_size, stride=None, padding=0, output
     return tuple((inner[d] - 1) * s[d] - 2 * p[d] + k[d] for d in range(spatial))
 
 
-def _flat(a, spatial: int, dtype) -> np.ndarray:
-    """a as (planes, elements per plane) over its last `spatial` axes."""
-    a = np.asarray(a)
+def _flat(x: npt.ArrayLike, spatial: int, dtype: npt.DTypeLike) -> np.ndarray:
+    """x as (planes, elements per plane) over its last `spatial` axes."""
+    a = np.asarray(x)
     return a.astype(dtype).reshape(-1, math.prod(a.shape[len(a.shape) - spatial :]))
 
 
-def max_unpool(x, indices, spatial: int, kernel_size, stride=None, padding=0, output_size=None):
+def max_unpool(
+    x: npt.ArrayLike, indices: npt.ArrayLike, spatial: int, kernel_size: Size,
+    stride: Size | None = None, padding: Size = 0, output_size: Sequence[int] | None = None,
+) -> np.ndarray:  # fmt: skip
     """Zeros of the output's shape, with x's elements at their flat in-plane indices, in
     input order (a later one overwrites an earlier one), as ATen's CPU loop."""
     shape = np.shape(x)
@@ -267,7 +309,9 @@ def max_unpool(x, indices, spatial: int, kernel_size, stride=None, padding=0, ou
     return out.reshape(tuple(shape[: len(shape) - spatial]) + sizes)
 
 
-def max_unpool_backward(grad_output, x, indices, spatial: int):
+def max_unpool_backward(
+    grad_output: npt.ArrayLike, x: npt.ArrayLike, indices: npt.ArrayLike, spatial: int
+) -> np.ndarray:
     """grad_x[i] = grad_output at indices[i], in each plane."""
     g, ix = _flat(grad_output, spatial, np.float64), _flat(indices, spatial, np.int64)
     grad = np.zeros(ix.shape)
@@ -280,24 +324,25 @@ def max_unpool_backward(grad_output, x, indices, spatial: int):
 # ---------------------------------------------------------------- adaptive max pooling
 
 
-def _adaptive_sizes(spatial: tuple[int, ...], output_size) -> tuple[int, ...]:
+def _adaptive_sizes(spatial: tuple[int, ...], output_size: OptionalSize) -> tuple[int, ...]:
     """output_size (an int, or a tuple with None for "keep that size") over `spatial`."""
-    if not isinstance(output_size, (tuple, list)):
-        output_size = (output_size,) * len(spatial)
-    if len(output_size) == 1:
-        output_size = tuple(output_size) * len(spatial)
-    return tuple(s if o is None else int(o) for s, o in zip(spatial, output_size, strict=True))
+    sizes = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size,)
+    if len(sizes) == 1:
+        sizes = sizes * len(spatial)
+    return tuple(s if o is None else int(o) for s, o in zip(spatial, sizes, strict=True))
 
 
-def adaptive_max_pool_nd(x, output_size, rank: int) -> tuple[np.ndarray, np.ndarray]:
+def adaptive_max_pool_nd(
+    x: npt.ArrayLike, output_size: OptionalSize, rank: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(values, int64 indices) of adaptive max pooling over the last `rank` axes. ATen's CPU
     loop: per cell, start from -inf with the index of the cell's first element and take v
     when v > best or v is NaN (the last NaN wins, ties keep the first), in row-major order;
     indices are flat in the input volume."""
-    x = np.asarray(x)
-    spatial = x.shape[-rank:]
+    a = np.asarray(x)
+    spatial = a.shape[-rank:]
     out = _adaptive_sizes(spatial, output_size)
-    planes = x.astype(np.float64).reshape(-1, math.prod(spatial))
+    planes = a.astype(np.float64).reshape(-1, math.prod(spatial))
     values = np.empty((planes.shape[0], *out))
     indices = np.empty((planes.shape[0], *out), np.int64)
     for cell in np.ndindex(*out):
@@ -311,25 +356,34 @@ def adaptive_max_pool_nd(x, output_size, rank: int) -> tuple[np.ndarray, np.ndar
             take = (v > best) | np.isnan(v)
             best = np.where(take, v, best)
             where = np.where(take, at, where)
-        values[(slice(None), *cell)] = best
-        indices[(slice(None), *cell)] = where
-    lead = x.shape[:-rank]
+        at_cell = (slice(None), *cell)
+        values[at_cell] = best
+        indices[at_cell] = where
+    lead = a.shape[:-rank]
     return values.reshape(lead + out), indices.reshape(lead + out)
 
 
-def adaptive_max_pool1d(x, output_size) -> tuple[np.ndarray, np.ndarray]:
+def adaptive_max_pool1d(
+    x: npt.ArrayLike, output_size: OptionalSize
+) -> tuple[np.ndarray, np.ndarray]:
     return adaptive_max_pool_nd(x, output_size, 1)
 
 
-def adaptive_max_pool2d(x, output_size) -> tuple[np.ndarray, np.ndarray]:
+def adaptive_max_pool2d(
+    x: npt.ArrayLike, output_size: OptionalSize
+) -> tuple[np.ndarray, np.ndarray]:
     return adaptive_max_pool_nd(x, output_size, 2)
 
 
-def adaptive_max_pool3d(x, output_size) -> tuple[np.ndarray, np.ndarray]:
+def adaptive_max_pool3d(
+    x: npt.ArrayLike, output_size: OptionalSize
+) -> tuple[np.ndarray, np.ndarray]:
     return adaptive_max_pool_nd(x, output_size, 3)
 
 
-def adaptive_max_pool_backward(grad_output, x, indices, rank: int) -> np.ndarray:
+def adaptive_max_pool_backward(
+    grad_output: npt.ArrayLike, x: npt.ArrayLike, indices: npt.ArrayLike, rank: int
+) -> np.ndarray:
     """Adds each grad_output element to the input element its index names, cell by cell
     in row-major output order (ATen's CPU loop); an index that names no element of the
     volume is ignored. The output size is grad_output's."""
@@ -350,19 +404,26 @@ def adaptive_max_pool_backward(grad_output, x, indices, rank: int) -> np.ndarray
 # ---------------------------------------------------------------- 3-D pooling
 
 
-def _triple(value) -> tuple[int, int, int]:
+def _triple(value: Size) -> tuple[int, ...]:
     if isinstance(value, (tuple, list)):
         return tuple(int(value[a]) for a in ((0, 0, 0) if len(value) == 1 else (0, 1, 2)))
     return (int(value),) * 3
 
 
-def _volumes(x: np.ndarray) -> np.ndarray:
+def _volumes(x: npt.ArrayLike) -> np.ndarray:
     """x as float64 volumes (N*C, D, H, W)."""
-    x = np.asarray(x)
-    return x.astype(np.float64).reshape((int(np.prod(x.shape[:-3])),) + x.shape[-3:])
+    a = np.asarray(x)
+    return a.astype(np.float64).reshape((int(np.prod(a.shape[:-3])),) + a.shape[-3:])
 
 
-def _window3d_args(shape, kernel_size, stride, padding, dilation, ceil_mode):
+def _window3d_args(
+    shape: tuple[int, ...],
+    kernel_size: Size,
+    stride: Size | None,
+    padding: Size,
+    dilation: Size,
+    ceil_mode: bool,
+) -> _Window3d:
     k, p, d = _triple(kernel_size), _triple(padding), _triple(dilation)
     s = (
         k
@@ -373,7 +434,14 @@ def _window3d_args(shape, kernel_size, stride, padding, dilation, ceil_mode):
     return k, s, p, d, out
 
 
-def max_pool3d_with_indices(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+def max_pool3d_with_indices(
+    x: npt.ArrayLike,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
+    ceil_mode: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """(values, int64 indices d*H*W + h*W + w) as max_pool2d_with_indices over volumes: -inf
     and index -1 for a window with no element."""
     xv = _volumes(x)
@@ -398,19 +466,28 @@ def max_pool3d_with_indices(x, kernel_size, stride=None, padding=0, dilation=1, 
                     take = (where < 0) | (v > best) | np.isnan(v)
                     best = np.where(take, v, best)
                     where = np.where(take, at, where)
-        values[(slice(None), *o)] = best
-        idx[(slice(None), *o)] = where
+        at_o: tuple[slice | int, ...] = (slice(None), *o)
+        values[at_o] = best
+        idx[at_o] = where
     lead = np.shape(x)[:-3]
     return values.reshape(lead + tuple(out)), idx.reshape(lead + tuple(out))
 
 
-def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+def max_pool3d(
+    x: npt.ArrayLike,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
+    ceil_mode: bool = False,
+) -> np.ndarray:
     return max_pool3d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)[0]
 
 
 def max_pool3d_with_indices_backward(
-    grad_output, x, indices, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False
-):
+    grad_output: npt.ArrayLike, x: npt.ArrayLike, indices: npt.ArrayLike, kernel_size: Size,
+    stride: Size | None = None, padding: Size = 0, dilation: Size = 1, ceil_mode: bool = False,
+) -> np.ndarray:  # fmt: skip
     """Adds each grad_output element to the input element its index names; an index that
     names no element of the volume is ignored."""
     shape = np.shape(x)
@@ -426,7 +503,10 @@ def max_pool3d_with_indices_backward(
     return grad.reshape(shape)
 
 
-def _avg3d_cells(shape, kernel_size, stride, padding, ceil_mode, count_include_pad, override):
+def _avg3d_cells(
+    shape: tuple[int, ...], kernel_size: Size, stride: Size | None, padding: Size,
+    ceil_mode: bool, count_include_pad: bool, override: int | None,
+) -> tuple[tuple[int, ...], list[_Cell3d]]:  # fmt: skip
     """(out, cells): for each output position its in-volume slices and divisor, as ATen's
     avg_pool3d: the count_include_pad divisor is the window clipped to the padded input."""
     k, s, p, _, out = _window3d_args(shape, kernel_size, stride, padding, 1, ceil_mode)
@@ -446,19 +526,24 @@ def _avg3d_cells(shape, kernel_size, stride, padding, ceil_mode, count_include_p
     return out, cells
 
 
-def avg_pool3d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-               divisor_override=None):  # fmt: skip
+def avg_pool3d(x: npt.ArrayLike, kernel_size: Size, stride: Size | None = None, padding: Size = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> np.ndarray:  # fmt: skip
     xv = _volumes(x)
     out, cells = _avg3d_cells(xv.shape, kernel_size, stride, padding, ceil_mode,
                               count_include_pad, divisor_override)  # fmt: skip
     result = np.zeros((xv.shape[0], *out))
     for o, inside, div in cells:
-        result[(slice(None), *o)] = xv[(slice(None), *inside)].sum(axis=(1, 2, 3)) / div
+        at_o: tuple[slice | int, ...] = (slice(None), *o)
+        at_inside = (slice(None), *inside)
+        result[at_o] = xv[at_inside].sum(axis=(1, 2, 3)) / div
     return result.reshape(np.shape(x)[:-3] + tuple(out))
 
 
-def avg_pool3d_backward(grad_output, x, kernel_size, stride=None, padding=0, ceil_mode=False,
-                        count_include_pad=True, divisor_override=None):  # fmt: skip
+def avg_pool3d_backward(grad_output: npt.ArrayLike, x: npt.ArrayLike, kernel_size: Size,
+                        stride: Size | None = None, padding: Size = 0, ceil_mode: bool = False,
+                        count_include_pad: bool = True,
+                        divisor_override: int | None = None) -> np.ndarray:  # fmt: skip
     """Adds grad / divisor to every input element of each window."""
     shape = np.shape(x)
     g = _volumes(grad_output)
@@ -467,24 +552,28 @@ def avg_pool3d_backward(grad_output, x, kernel_size, stride=None, padding=0, cei
     assert g.shape[1:] == out, "grad_output shape"
     grad = np.zeros((g.shape[0], *shape[-3:]))
     for o, inside, div in cells:
-        grad[(slice(None), *inside)] += (g[(slice(None), *o)] / div)[:, None, None, None]
+        at_o: tuple[slice | int, ...] = (slice(None), *o)
+        at_inside = (slice(None), *inside)
+        grad[at_inside] += (g[at_o] / div)[:, None, None, None]
     return grad.reshape(shape)
 
 
-def adaptive_avg_pool3d(x, output_size):
+def adaptive_avg_pool3d(x: npt.ArrayLike, output_size: OptionalSize) -> np.ndarray:
     xv = _volumes(x)
     size = xv.shape[1:]
     want = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size,)
     want = want * 3 if len(want) == 1 else want
-    out = tuple(size[a] if want[a] is None else int(want[a]) for a in range(3))
+    out = tuple(size[a] if (v := want[a]) is None else int(v) for a in range(3))
     result = np.zeros((xv.shape[0], *out))
     for o in np.ndindex(*out):
         cell = tuple(_cell(o[a], size[a], out[a]) for a in range(3))
-        result[(slice(None), *o)] = xv[(slice(None), *cell)].mean(axis=(1, 2, 3))
+        at_o: tuple[slice | int, ...] = (slice(None), *o)
+        at_cell = (slice(None), *cell)
+        result[at_o] = xv[at_cell].mean(axis=(1, 2, 3))
     return result.reshape(np.shape(x)[:-3] + out)
 
 
-def adaptive_avg_pool3d_backward(grad_output, x):
+def adaptive_avg_pool3d_backward(grad_output: npt.ArrayLike, x: npt.ArrayLike) -> np.ndarray:
     """Adds grad / cell volume to every input element of each cell; the output size is
     grad_output's."""
     shape = np.shape(x)
@@ -495,5 +584,7 @@ def adaptive_avg_pool3d_backward(grad_output, x):
     for o in np.ndindex(*out):
         cell = tuple(_cell(o[a], size[a], out[a]) for a in range(3))
         count = math.prod(c.stop - c.start for c in cell)
-        grad[(slice(None), *cell)] += (g[(slice(None), *o)] / count)[:, None, None, None]
+        at_o: tuple[slice | int, ...] = (slice(None), *o)
+        at_cell = (slice(None), *cell)
+        grad[at_cell] += (g[at_o] / count)[:, None, None, None]
     return grad.reshape(shape)

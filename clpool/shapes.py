@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from typing import Literal, overload
 
 import numpy as np
 
@@ -18,7 +19,13 @@ def _bad(reason: str) -> Problem:
     return Problem(PoolArgumentError, reason)
 
 
-def sizes(value: object, name: str, n: int, *, allow_none: bool = False) -> tuple:
+@overload
+def sizes(
+    value: object, name: str, n: int, *, allow_none: Literal[False] = False
+) -> tuple[int, ...]: ...
+@overload
+def sizes(value: object, name: str, n: int, *, allow_none: bool) -> tuple[int | None, ...]: ...
+def sizes(value: object, name: str, n: int, *, allow_none: bool = False) -> tuple[int | None, ...]:
     """An int or a tuple of `n` ints (one per spatial axis) as a tuple of `n`; a tuple of
     one int stands for all `n`; None entries only where allowed."""
     what = "an int or a pair of ints" if n == 2 else f"an int or a tuple of {n} ints"
@@ -27,7 +34,7 @@ def sizes(value: object, name: str, n: int, *, allow_none: bool = False) -> tupl
         items = items * n
     if len(items) != n:
         raise _bad(f"{name} must be {what}, got {value!r}")
-    out = []
+    out: list[int | None] = []
     for v in items:
         if v is None and allow_none:
             out.append(None)
@@ -35,16 +42,20 @@ def sizes(value: object, name: str, n: int, *, allow_none: bool = False) -> tupl
         if isinstance(v, bool):
             raise _bad(f"{name} must be {what}, got {value!r}")
         try:
-            v = operator.index(v)
+            i = operator.index(v)  # type: ignore[arg-type]  # anything else: TypeError
         except TypeError:
             raise _bad(f"{name} must be {what}, got {value!r}") from None
-        if not -(2**31) <= v < 2**31:
+        if not -(2**31) <= i < 2**31:
             raise _bad(f"{name} must fit in 32 bits, got {value!r}")
-        out.append(v)
+        out.append(i)
     return tuple(out)
 
 
-def pair(value: object, name: str, *, allow_none: bool = False) -> tuple:
+@overload
+def pair(value: object, name: str, *, allow_none: Literal[False] = False) -> tuple[int, ...]: ...
+@overload
+def pair(value: object, name: str, *, allow_none: bool) -> tuple[int | None, ...]: ...
+def pair(value: object, name: str, *, allow_none: bool = False) -> tuple[int | None, ...]:
     """An int or a pair of ints (h, w) as a pair; None entries only where allowed."""
     return sizes(value, name, 2, allow_none=allow_none)
 
@@ -118,7 +129,9 @@ def flag(value: object, name: str) -> bool:
 MAX_TILE = 64
 
 
-def _window_sizes(n: int, kernel_size, stride, padding, dilation) -> tuple[tuple, ...]:
+def _window_sizes(
+    n: int, kernel_size: object, stride: object, padding: object, dilation: object
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(kernel_size, stride, padding, dilation) of a window over `n` axes, each a tuple of
     `n` checked ints; no stride means the kernel size."""
     k = sizes(kernel_size, "kernel_size", n)
@@ -222,7 +235,7 @@ def adaptive_output(spatial: tuple[int, ...], output_size: object) -> tuple[int,
     """The output sizes of adaptive pooling over the input's `spatial` sizes; None keeps
     that input size."""
     size = sizes(output_size, "output_size", len(spatial), allow_none=True)
-    out = tuple(spatial[a] if size[a] is None else size[a] for a in range(len(spatial)))
+    out = tuple(spatial[a] if (v := size[a]) is None else v for a in range(len(spatial)))
     if min(out) < 0:
         raise _bad(f"output_size must be non-negative, got {output_size!r}")
     return out

@@ -10,7 +10,7 @@ extra ``torch``; ``import clpool`` itself never imports torch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -22,6 +22,7 @@ from clpool import ops as _ops
 from clpool import pool3d as _pool3d
 from clpool import unpool as _unpool
 from clpool.errors import reporting
+from clpool.types import OptionalSize, Size, Tensor
 
 __all__ = [
     "AdaptiveAvgPool2d",
@@ -44,10 +45,6 @@ __all__ = [
     "max_pool3d",
 ]
 
-_size_2_t = int | tuple[int, ...]
-_size_opt_t = int | None | tuple[int | None, ...]
-
-
 # --- tensors <-> host arrays ---------------------------------------------------------
 
 
@@ -60,10 +57,24 @@ def _host(t: torch.Tensor, label: str) -> np.ndarray:
         return _adopt._from_tensor(t.cpu())
 
 
-def _tensor(a: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+def _tensor(a: Tensor, like: torch.Tensor) -> torch.Tensor:
     """Host result `a` as a tensor on `like`'s torch device, with `a`'s strides (clpool
     gives a channels-last input's results channels-last)."""
-    return _adopt.tensors([a], like)[0]
+    return _adopt.tensors([cast(np.ndarray, a)], like)[0]  # a host input's result: numpy
+
+
+def _apply(function: type[torch.autograd.Function], *args: object) -> torch.Tensor:
+    """`function` applied to `args`, giving one tensor."""
+    out: torch.Tensor = function.apply(*args)  # type: ignore[no-untyped-call]  # unannotated
+    return out
+
+
+def _apply_pair(
+    function: type[torch.autograd.Function], *args: object
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`function` applied to `args`, giving (values, indices)."""
+    out: tuple[torch.Tensor, torch.Tensor] = function.apply(*args)  # type: ignore[no-untyped-call]  # unannotated
+    return out
 
 
 def _tracked(input: torch.Tensor) -> bool:
@@ -78,13 +89,13 @@ class MaxPool2dFunction(torch.autograd.Function):
     """max_pool2d with indices; backward runs clpool.max_pool2d_with_indices_backward."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: FunctionCtx,
         input: torch.Tensor,
-        kernel_size: _size_2_t,
-        stride: _size_2_t | None,
-        padding: _size_2_t,
-        dilation: _size_2_t,
+        kernel_size: Size,
+        stride: Size | None,
+        padding: Size,
+        dilation: Size,
         ceil_mode: bool,
         device: object,
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,7 +112,9 @@ class MaxPool2dFunction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad_output: torch.Tensor, _grad_indices: Any) -> tuple:
+    def backward(
+        ctx: Any, grad_output: torch.Tensor, _grad_indices: Any
+    ) -> tuple[torch.Tensor | None, ...]:
         input, indices = ctx.saved_tensors
         kernel_size, stride, padding, dilation, ceil_mode, device = ctx.params
         label = "max_pool2d_with_indices_backward"
@@ -123,12 +136,12 @@ class AvgPool2dFunction(torch.autograd.Function):
     """avg_pool2d; backward runs clpool.avg_pool2d_backward."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: FunctionCtx,
         input: torch.Tensor,
-        kernel_size: _size_2_t,
-        stride: _size_2_t | None,
-        padding: _size_2_t,
+        kernel_size: Size,
+        stride: Size | None,
+        padding: Size,
         ceil_mode: bool,
         count_include_pad: bool,
         divisor_override: int | None,
@@ -146,7 +159,7 @@ class AvgPool2dFunction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple:
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (input,) = ctx.saved_tensors
         kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, device = (
             ctx.params
@@ -170,8 +183,8 @@ class AdaptiveAvgPool2dFunction(torch.autograd.Function):
     """adaptive_avg_pool2d; backward runs clpool.adaptive_avg_pool2d_backward."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: FunctionCtx, input: torch.Tensor, output_size: _size_opt_t, device: object
+    def forward(
+        ctx: FunctionCtx, input: torch.Tensor, output_size: OptionalSize, device: object
     ) -> torch.Tensor:
         out = _ops.adaptive_avg_pool2d(
             _host(input, "adaptive_avg_pool2d"), output_size, device=device
@@ -182,7 +195,7 @@ class AdaptiveAvgPool2dFunction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple:
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (input,) = ctx.saved_tensors
         label = "adaptive_avg_pool2d_backward"
         grad = _ops.adaptive_avg_pool2d_backward(
@@ -196,10 +209,10 @@ class AdaptiveAvgPool2dFunction(torch.autograd.Function):
 
 def max_pool2d(
     input: torch.Tensor,
-    kernel_size: _size_2_t,
-    stride: _size_2_t | None = None,
-    padding: _size_2_t = 0,
-    dilation: _size_2_t = 1,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
     ceil_mode: bool = False,
     return_indices: bool = False,
     *,
@@ -212,18 +225,18 @@ def max_pool2d(
             _host(input, "max_pool2d"), kernel_size, stride, padding, dilation, ceil_mode,
             device=device,
         )  # fmt: skip
-        return _tensor(out, input)
-    out, indices = MaxPool2dFunction.apply(
-        input, kernel_size, stride, padding, dilation, ceil_mode, device
+        return _tensor(cast(Tensor, out), input)  # no return_indices: one array
+    out, indices = _apply_pair(
+        MaxPool2dFunction, input, kernel_size, stride, padding, dilation, ceil_mode, device
     )
     return (out, indices) if return_indices else out
 
 
 def avg_pool2d(
     input: torch.Tensor,
-    kernel_size: _size_2_t,
-    stride: _size_2_t | None = None,
-    padding: _size_2_t = 0,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
     ceil_mode: bool = False,
     count_include_pad: bool = True,
     divisor_override: int | None = None,
@@ -231,17 +244,17 @@ def avg_pool2d(
     device: object = None,
 ) -> torch.Tensor:
     """2-D average pooling, as torch.nn.functional.avg_pool2d."""
-    return AvgPool2dFunction.apply(
-        input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
-        device,
+    return _apply(
+        AvgPool2dFunction, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+        divisor_override, device,
     )  # fmt: skip
 
 
 def adaptive_avg_pool2d(
-    input: torch.Tensor, output_size: _size_opt_t, *, device: object = None
+    input: torch.Tensor, output_size: OptionalSize, *, device: object = None
 ) -> torch.Tensor:
     """2-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool2d."""
-    return AdaptiveAvgPool2dFunction.apply(input, output_size, device)
+    return _apply(AdaptiveAvgPool2dFunction, input, output_size, device)
 
 
 # --- modules mirroring torch.nn ------------------------------------------------------
@@ -254,10 +267,10 @@ class MaxPool2d(torch.nn.Module):
 
     def __init__(
         self,
-        kernel_size: _size_2_t,
-        stride: _size_2_t | None = None,
-        padding: _size_2_t = 0,
-        dilation: _size_2_t = 1,
+        kernel_size: Size,
+        stride: Size | None = None,
+        padding: Size = 0,
+        dilation: Size = 1,
         return_indices: bool = False,
         ceil_mode: bool = False,
     ) -> None:
@@ -291,9 +304,9 @@ class AvgPool2d(torch.nn.Module):
 
     def __init__(
         self,
-        kernel_size: _size_2_t,
-        stride: _size_2_t | None = None,
-        padding: _size_2_t = 0,
+        kernel_size: Size,
+        stride: Size | None = None,
+        padding: Size = 0,
         ceil_mode: bool = False,
         count_include_pad: bool = True,
         divisor_override: int | None = None,
@@ -321,7 +334,7 @@ class AdaptiveAvgPool2d(torch.nn.Module):
 
     __constants__ = ["output_size"]
 
-    def __init__(self, output_size: _size_opt_t) -> None:
+    def __init__(self, output_size: OptionalSize) -> None:
         super().__init__()
         self.output_size = output_size
 
@@ -339,14 +352,14 @@ class MaxUnpoolFunction(torch.autograd.Function):
     """max_unpool1d/2d/3d; backward runs clpool.max_unpool*d_backward (a gather)."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: FunctionCtx,
         input: torch.Tensor,
         indices: torch.Tensor,
         spatial: int,
-        kernel_size: _size_2_t,
-        stride: _size_2_t | None,
-        padding: _size_2_t,
+        kernel_size: Size,
+        stride: Size | None,
+        padding: Size,
         output_size: Any,
         device: object,
     ) -> torch.Tensor:
@@ -361,7 +374,7 @@ class MaxUnpoolFunction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple:
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         input, indices = ctx.saved_tensors
         spatial, kernel_size, stride, padding, output_size, device = ctx.params
         label = f"max_unpool{spatial}d_backward"
@@ -375,49 +388,49 @@ class MaxUnpoolFunction(torch.autograd.Function):
 def max_unpool1d(
     input: torch.Tensor,
     indices: torch.Tensor,
-    kernel_size: _size_2_t,
-    stride: _size_2_t | None = None,
-    padding: _size_2_t = 0,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
     output_size: Any = None,
     *,
     device: object = None,
 ) -> torch.Tensor:
     """1-D max unpooling, as torch.nn.functional.max_unpool1d."""
-    return MaxUnpoolFunction.apply(input, indices, 1, kernel_size, stride, padding, output_size,
-                                   device)  # fmt: skip
+    return _apply(MaxUnpoolFunction, input, indices, 1, kernel_size, stride, padding, output_size,
+                  device)  # fmt: skip
 
 
 def max_unpool2d(
     input: torch.Tensor,
     indices: torch.Tensor,
-    kernel_size: _size_2_t,
-    stride: _size_2_t | None = None,
-    padding: _size_2_t = 0,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
     output_size: Any = None,
     *,
     device: object = None,
 ) -> torch.Tensor:
     """2-D max unpooling, as torch.nn.functional.max_unpool2d."""
-    return MaxUnpoolFunction.apply(input, indices, 2, kernel_size, stride, padding, output_size,
-                                   device)  # fmt: skip
+    return _apply(MaxUnpoolFunction, input, indices, 2, kernel_size, stride, padding, output_size,
+                  device)  # fmt: skip
 
 
 def max_unpool3d(
     input: torch.Tensor,
     indices: torch.Tensor,
-    kernel_size: _size_2_t,
-    stride: _size_2_t | None = None,
-    padding: _size_2_t = 0,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
     output_size: Any = None,
     *,
     device: object = None,
 ) -> torch.Tensor:
     """3-D max unpooling, as torch.nn.functional.max_unpool3d."""
-    return MaxUnpoolFunction.apply(input, indices, 3, kernel_size, stride, padding, output_size,
-                                   device)  # fmt: skip
+    return _apply(MaxUnpoolFunction, input, indices, 3, kernel_size, stride, padding, output_size,
+                  device)  # fmt: skip
 
 
-def _n_tuple(value: _size_2_t, n: int) -> tuple[int, ...]:
+def _n_tuple(value: Size, n: int) -> tuple[int, ...]:
     """torch's _single / _pair / _triple: an int repeated n times, a sequence as a tuple."""
     return tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
 
@@ -427,9 +440,7 @@ class _MaxUnpoolNd(torch.nn.Module):
 
     spatial = 2
 
-    def __init__(
-        self, kernel_size: _size_2_t, stride: _size_2_t | None = None, padding: _size_2_t = 0
-    ) -> None:
+    def __init__(self, kernel_size: Size, stride: Size | None = None, padding: Size = 0) -> None:
         super().__init__()
         n = self.spatial
         self.kernel_size = _n_tuple(kernel_size, n)
@@ -442,9 +453,9 @@ class _MaxUnpoolNd(torch.nn.Module):
     def forward(
         self, input: torch.Tensor, indices: torch.Tensor, output_size: Any = None
     ) -> torch.Tensor:
-        return MaxUnpoolFunction.apply(
-            input, indices, self.spatial, self.kernel_size, self.stride, self.padding,
-            output_size, None,
+        return _apply(
+            MaxUnpoolFunction, input, indices, self.spatial, self.kernel_size, self.stride,
+            self.padding, output_size, None,
         )  # fmt: skip
 
 
@@ -472,8 +483,8 @@ class AdaptiveMaxPoolFunction(torch.autograd.Function):
     adaptive_max_pool{rank}d_backward."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: FunctionCtx, input: torch.Tensor, output_size: _size_opt_t, rank: int, device: object
+    def forward(
+        ctx: FunctionCtx, input: torch.Tensor, output_size: OptionalSize, rank: int, device: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
         label = f"adaptive_max_pool{rank}d"
         out, indices = getattr(_adaptive_max, label)(
@@ -487,7 +498,9 @@ class AdaptiveMaxPoolFunction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad_output: torch.Tensor, _grad_indices: Any) -> tuple:
+    def backward(
+        ctx: Any, grad_output: torch.Tensor, _grad_indices: Any
+    ) -> tuple[torch.Tensor | None, ...]:
         input, indices = ctx.saved_tensors
         rank, device = ctx.params
         label = f"adaptive_max_pool{rank}d_backward"
@@ -498,18 +511,18 @@ class AdaptiveMaxPoolFunction(torch.autograd.Function):
 
 
 def _adaptive_max_pool(
-    rank: int, input: torch.Tensor, output_size: _size_opt_t, return_indices: bool, device: object
+    rank: int, input: torch.Tensor, output_size: OptionalSize, return_indices: bool, device: object
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     if not return_indices and not _tracked(input):
         label = f"adaptive_max_pool{rank}d"
         out = getattr(_adaptive_max, label)(_host(input, label), output_size, device=device)
         return _tensor(out, input)
-    out, indices = AdaptiveMaxPoolFunction.apply(input, output_size, rank, device)
+    out, indices = _apply_pair(AdaptiveMaxPoolFunction, input, output_size, rank, device)
     return (out, indices) if return_indices else out
 
 
 def adaptive_max_pool1d(
-    input: torch.Tensor, output_size: _size_opt_t, return_indices: bool = False, *,
+    input: torch.Tensor, output_size: OptionalSize, return_indices: bool = False, *,
     device: object = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """1-D adaptive max pooling, as torch.nn.functional.adaptive_max_pool1d."""
@@ -517,7 +530,7 @@ def adaptive_max_pool1d(
 
 
 def adaptive_max_pool2d(
-    input: torch.Tensor, output_size: _size_opt_t, return_indices: bool = False, *,
+    input: torch.Tensor, output_size: OptionalSize, return_indices: bool = False, *,
     device: object = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """2-D adaptive max pooling, as torch.nn.functional.adaptive_max_pool2d."""
@@ -525,7 +538,7 @@ def adaptive_max_pool2d(
 
 
 def adaptive_max_pool3d(
-    input: torch.Tensor, output_size: _size_opt_t, return_indices: bool = False, *,
+    input: torch.Tensor, output_size: OptionalSize, return_indices: bool = False, *,
     device: object = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """3-D adaptive max pooling, as torch.nn.functional.adaptive_max_pool3d."""
@@ -538,7 +551,7 @@ class _AdaptiveMaxPoolNd(torch.nn.Module):
     __constants__ = ["output_size", "return_indices"]
     rank = 0
 
-    def __init__(self, output_size: _size_opt_t, return_indices: bool = False) -> None:
+    def __init__(self, output_size: OptionalSize, return_indices: bool = False) -> None:
         super().__init__()
         self.output_size = output_size
         self.return_indices = return_indices
@@ -575,13 +588,13 @@ class MaxPool3dFunction(torch.autograd.Function):
     """max_pool3d with indices; backward runs clpool.max_pool3d_with_indices_backward."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: FunctionCtx,
         input: torch.Tensor,
-        kernel_size: _size_2_t,
-        stride: _size_2_t | None,
-        padding: _size_2_t,
-        dilation: _size_2_t,
+        kernel_size: Size,
+        stride: Size | None,
+        padding: Size,
+        dilation: Size,
         ceil_mode: bool,
         device: object,
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -598,7 +611,9 @@ class MaxPool3dFunction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad_output: torch.Tensor, _grad_indices: Any) -> tuple:
+    def backward(
+        ctx: Any, grad_output: torch.Tensor, _grad_indices: Any
+    ) -> tuple[torch.Tensor | None, ...]:
         input, indices = ctx.saved_tensors
         kernel_size, stride, padding, dilation, ceil_mode, device = ctx.params
         label = "max_pool3d_with_indices_backward"
@@ -613,12 +628,12 @@ class AvgPool3dFunction(torch.autograd.Function):
     """avg_pool3d; backward runs clpool.avg_pool3d_backward."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: FunctionCtx,
         input: torch.Tensor,
-        kernel_size: _size_2_t,
-        stride: _size_2_t | None,
-        padding: _size_2_t,
+        kernel_size: Size,
+        stride: Size | None,
+        padding: Size,
         ceil_mode: bool,
         count_include_pad: bool,
         divisor_override: int | None,
@@ -632,7 +647,7 @@ class AvgPool3dFunction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple:
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (input,) = ctx.saved_tensors
         *params, device = ctx.params
         label = "avg_pool3d_backward"
@@ -646,8 +661,8 @@ class AdaptiveAvgPool3dFunction(torch.autograd.Function):
     """adaptive_avg_pool3d; backward runs clpool.adaptive_avg_pool3d_backward."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: FunctionCtx, input: torch.Tensor, output_size: _size_opt_t, device: object
+    def forward(
+        ctx: FunctionCtx, input: torch.Tensor, output_size: OptionalSize, device: object
     ) -> torch.Tensor:
         out = _pool3d.adaptive_avg_pool3d(
             _host(input, "adaptive_avg_pool3d"), output_size, device=device
@@ -658,7 +673,7 @@ class AdaptiveAvgPool3dFunction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple:
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (input,) = ctx.saved_tensors
         label = "adaptive_avg_pool3d_backward"
         grad = _pool3d.adaptive_avg_pool3d_backward(
@@ -669,10 +684,10 @@ class AdaptiveAvgPool3dFunction(torch.autograd.Function):
 
 def max_pool3d(
     input: torch.Tensor,
-    kernel_size: _size_2_t,
-    stride: _size_2_t | None = None,
-    padding: _size_2_t = 0,
-    dilation: _size_2_t = 1,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
     ceil_mode: bool = False,
     return_indices: bool = False,
     *,
@@ -685,18 +700,18 @@ def max_pool3d(
             _host(input, "max_pool3d"), kernel_size, stride, padding, dilation, ceil_mode,
             device=device,
         )  # fmt: skip
-        return _tensor(out, input)
-    out, indices = MaxPool3dFunction.apply(
-        input, kernel_size, stride, padding, dilation, ceil_mode, device
+        return _tensor(cast(Tensor, out), input)  # no return_indices: one array
+    out, indices = _apply_pair(
+        MaxPool3dFunction, input, kernel_size, stride, padding, dilation, ceil_mode, device
     )
     return (out, indices) if return_indices else out
 
 
 def avg_pool3d(
     input: torch.Tensor,
-    kernel_size: _size_2_t,
-    stride: _size_2_t | None = None,
-    padding: _size_2_t = 0,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
     ceil_mode: bool = False,
     count_include_pad: bool = True,
     divisor_override: int | None = None,
@@ -704,17 +719,17 @@ def avg_pool3d(
     device: object = None,
 ) -> torch.Tensor:
     """3-D average pooling, as torch.nn.functional.avg_pool3d."""
-    return AvgPool3dFunction.apply(
-        input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
-        device,
+    return _apply(
+        AvgPool3dFunction, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+        divisor_override, device,
     )  # fmt: skip
 
 
 def adaptive_avg_pool3d(
-    input: torch.Tensor, output_size: _size_opt_t, *, device: object = None
+    input: torch.Tensor, output_size: OptionalSize, *, device: object = None
 ) -> torch.Tensor:
     """3-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool3d."""
-    return AdaptiveAvgPool3dFunction.apply(input, output_size, device)
+    return _apply(AdaptiveAvgPool3dFunction, input, output_size, device)
 
 
 class MaxPool3d(MaxPool2d):

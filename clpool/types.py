@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, TypeAlias
 
 import numpy as np
@@ -22,3 +23,6 @@ class DLPackTensor(Protocol):
 # What an op takes and gives back: a numpy array, a pyopencl Array, or a DLPack producer
 # such as a torch tensor (the result is then a tensor like it).
 Tensor: TypeAlias = np.ndarray[Any, Any] | cla.Array | DLPackTensor
+
+# out=: a pyopencl Array to write the result into, or a pair of them (values, indices).
+Out: TypeAlias = cla.Array | Sequence[cla.Array] | None

@@ -93,7 +93,9 @@ def test_project_urls_and_mypy_settings():
     for module in untyped:  # the list of modules not yet typed names modules that exist
         assert (ROOT / "clpool" / f"{module.removeprefix('clpool.')}.py").is_file(), module
     typed = {"errors", "lru", "policy", "programs", "icd", "quirks", "discovery", "verify",
-             "capabilities", "plot", "types"}  # fmt: skip
+             "capabilities", "plot", "types", "shapes", "kernels", "launch", "plans", "adopt",
+             "bfloat16", "ops", "pool1d", "pool3d", "cli", "torch", "check", "canary", "bench",
+             "reference"}  # fmt: skip
     assert not untyped & {f"clpool.{m}" for m in typed}
     assert "mypy" in (ROOT / "Makefile").read_text().split("lint:")[1].split("\n\n")[0]
 
