@@ -84,7 +84,7 @@ def inputs(
     results become tensors like (arrays[follows], the forward input, where it is a tensor,
     else the first tensor among them), or None."""
     first = arrays[follows] if follows < len(arrays) else None
-    like: torch.Tensor | None = first if _is_tensor(first) else None  # type: ignore[assignment]
+    like: torch.Tensor | None = first if _is_tensor(first) else None
     out: list[object] = []
     for a in arrays:
         if isinstance(a, (np.ndarray, cla.Array)) or a is None:
