@@ -10,14 +10,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 import pyopencl as cl
 import pyopencl.array as cla
 
 from . import ops, plans, shapes
 from .errors import PoolArgumentError, Problem, Where
-from .plans import Planner
+from .plans import Planner, Scalars
+from .types import OptionalSize, Out, Tensor
 
-Tensor = ops.Tensor
 FAMILY = "adaptive_max"
 
 
@@ -58,14 +59,14 @@ def _extents(volume: tuple[int, int, int], cells: tuple[int, int, int]) -> tuple
 
 
 def _step(p: Planner, name: str, cols: int, rows: int, slices: int, planes: int,
-          **args: object) -> None:  # fmt: skip
+          slots: dict[str, str] | None = None, **args: int) -> None:  # fmt: skip
     """Launch gather `name` over (cols, (slice, tile of rows), plane) work-items; on a GPU a
     work-group spans several planes where a plane's items are fewer than a group (a 1x1
     output: groups of one item otherwise)."""
     tiles = -(-rows // p.rows)
     (gx, gy, _), (lx, ly, _) = plans.ndrange(p.rt.device, cols, slices * tiles, planes)
     lz = min(planes & -planes, p.group_size(name, p.policy.group) // (lx * ly)) if p.gpu else 1
-    p.step(name, (gx, gy, planes), local=(lx, ly, max(1, lz)), **args)
+    p.step(name, (gx, gy, planes), local=(lx, ly, max(1, lz)), slots=slots, **args)
 
 
 def _max_pool_cells(
@@ -81,10 +82,10 @@ def _max_pool_cells(
 
 def _plan_forward(
     where: Where,
-    arrays: tuple,
+    arrays: tuple[object, ...],
     rank: int,
-    output_size: object,
-    index_dtype: object,
+    output_size: OptionalSize,
+    index_dtype: npt.DTypeLike,
     with_indices: bool,
     device: object,
     queue: cl.CommandQueue | None,
@@ -120,8 +121,8 @@ def _plan_forward(
 
 
 def _forward(
-    label: str, rank: int, input: Tensor, output_size: object, return_indices: bool,
-    index_dtype: object, device: object, queue: object, out: object,
+    label: str, rank: int, input: Tensor, output_size: OptionalSize, return_indices: bool,
+    index_dtype: npt.DTypeLike, device: object, queue: cl.CommandQueue | None, out: Out,
 ) -> Tensor | tuple[Tensor, Tensor]:  # fmt: skip
     with_indices = bool(return_indices)
     params = (rank, output_size, index_dtype if with_indices else "int64", with_indices, device)
@@ -131,13 +132,13 @@ def _forward(
 
 def adaptive_max_pool1d(
     input: Tensor,
-    output_size,
+    output_size: OptionalSize,
     return_indices: bool = False,
     *,
-    index_dtype: object = "int64",
+    index_dtype: npt.DTypeLike = "int64",
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """1-D adaptive max pooling, as torch.nn.functional.adaptive_max_pool1d; with
     return_indices, also the index of each maximum along L (out=: a pair)."""
@@ -147,13 +148,13 @@ def adaptive_max_pool1d(
 
 def adaptive_max_pool2d(
     input: Tensor,
-    output_size,
+    output_size: OptionalSize,
     return_indices: bool = False,
     *,
-    index_dtype: object = "int64",
+    index_dtype: npt.DTypeLike = "int64",
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """2-D adaptive max pooling, as torch.nn.functional.adaptive_max_pool2d; with
     return_indices, also the flat h * W + w index of each maximum (out=: a pair)."""
@@ -163,13 +164,13 @@ def adaptive_max_pool2d(
 
 def adaptive_max_pool3d(
     input: Tensor,
-    output_size,
+    output_size: OptionalSize,
     return_indices: bool = False,
     *,
-    index_dtype: object = "int64",
+    index_dtype: npt.DTypeLike = "int64",
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """3-D adaptive max pooling, as torch.nn.functional.adaptive_max_pool3d; with
     return_indices, also the flat (d * H + h) * W + w index of each maximum (out=: a
@@ -178,7 +179,13 @@ def adaptive_max_pool3d(
                     device, queue, out)  # fmt: skip
 
 
-def _plan_backward(where: Where, arrays: tuple, rank: int, device, queue) -> plans.Plan:
+def _plan_backward(
+    where: Where,
+    arrays: tuple[object, ...],
+    rank: int,
+    device: object,
+    queue: cl.CommandQueue | None,
+) -> plans.Plan:
     p, (n, c, *spatial) = ops._backward_planner(where, FAMILY, device, arrays, queue, rank)
     grad, x, indices = p.arrays
     shapes.expect_shape("grad_output", grad.shape[:-rank], x.shape[:-rank])
@@ -201,7 +208,7 @@ def _plan_backward(where: Where, arrays: tuple, rank: int, device, queue) -> pla
         p.arrays = [_fold(a) for a in p.arrays]
         return p.plan("grad_out", None, "indices")
     p.specialize("adaptive_max_pool_backward", _extents((d, h, w), (od, oh, ow)), planes=n * c)
-    sizes = dict(D=d, H=h, W=w, OD=od, OH=oh, OW=ow)
+    sizes: Scalars = dict(D=d, H=h, W=w, OD=od, OH=oh, OW=ow)
     # A CPU's plane per work-item, where cells do not outnumber the input's elements:
     # on Debian's PoCL, [8,256,14,14] to 7x7 11.3 -> 0.7 ms, [8,64,56,56] to 7x7 39 -> 0.55
     # ms; upsampling [8,64,14,14] to 28x28 1.3 -> 1.8-5.4 ms (so it gathers there).
@@ -213,7 +220,14 @@ def _plan_backward(where: Where, arrays: tuple, rank: int, device, queue) -> pla
     return p.plan("grad_out", None, "indices")
 
 
-def _backward(label: str, rank: int, arrays: tuple, device, queue, out) -> Tensor:
+def _backward(
+    label: str,
+    rank: int,
+    arrays: tuple[object, ...],
+    device: object,
+    queue: cl.CommandQueue | None,
+    out: Out,
+) -> Tensor:
     return ops._run(label, _plan_backward, arrays, (rank, device), queue, out)[0]
 
 
@@ -223,8 +237,8 @@ def adaptive_max_pool1d_backward(
     indices: Tensor,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """Gradient of adaptive_max_pool1d (return_indices=True) with respect to its input; the
     output size is grad_output's."""
@@ -238,8 +252,8 @@ def adaptive_max_pool2d_backward(
     indices: Tensor,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """Gradient of adaptive_max_pool2d with respect to its input, as ATen's
     adaptive_max_pool2d_backward; the output size is grad_output's."""
@@ -253,8 +267,8 @@ def adaptive_max_pool3d_backward(
     indices: Tensor,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """Gradient of adaptive_max_pool3d with respect to its input, as ATen's
     adaptive_max_pool3d_backward; the output size is grad_output's."""

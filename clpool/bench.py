@@ -231,9 +231,8 @@ def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[Record, int]:
         _, indices = getattr(clpool, case.op.removesuffix("_backward"))(x, **case.params)
         return dict(grad_output=grad, input=x, indices=indices), small + indices.nbytes + big
     if case.op == "adaptive_max_pool2d_backward":
-        indices = cast(
-            cla.Array, clpool.adaptive_max_pool2d(x, **case.params, return_indices=True)[1]
-        )
+        pair = clpool.adaptive_max_pool2d(x, **case.params, return_indices=True)
+        indices = cast(tuple[cla.Array, cla.Array], pair)[1]
         return dict(grad_output=grad, input=x, indices=indices), small + indices.nbytes + big
     if case.op.endswith("backward"):
         return dict(grad_output=grad, input=x), small + big

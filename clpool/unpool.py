@@ -7,17 +7,24 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Sequence
+from typing import TypeAlias, cast
 
 import numpy as np
+import numpy.typing as npt
 import pyopencl as cl
 import pyopencl.array as cla
 
 from . import adopt, launch, ops, plans, shapes
 from .discovery import choose, require, runtime
 from .errors import PoolArgumentError, Problem, UnsupportedDtypeError, Where, reporting
-from .plans import Planner
+from .plans import Planner, Scalars
+from .types import Out, Size, Tensor
 
-Tensor = ops.Tensor
+# output_size: the output's spatial sizes, with or without its (N, C) sizes; None: the default.
+UnpoolSize: TypeAlias = Sequence[int] | None
+# kernel_size, stride, padding and output_size of a call.
+Window: TypeAlias = tuple[Size, Size | None, Size, UnpoolSize]
 _NAMES = {1: "max_unpool1d", 2: "max_unpool2d", 3: "max_unpool3d"}
 
 
@@ -25,7 +32,9 @@ def _bad(reason: str) -> Problem:
     return Problem(PoolArgumentError, reason)
 
 
-def _window(n: int, kernel_size, stride, padding) -> tuple[tuple[int, ...], ...]:
+def _window(
+    n: int, kernel_size: Size, stride: Size | None, padding: Size
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """kernel_size, stride (kernel_size where None or ()) and padding, `n` ints each."""
     k = shapes.sizes(kernel_size, "kernel_size", n)
     s = k if stride is None or stride == () else shapes.sizes(stride, "stride", n)
@@ -33,7 +42,11 @@ def _window(n: int, kernel_size, stride, padding) -> tuple[tuple[int, ...], ...]
 
 
 def unpool_output(
-    spatial: tuple[int, ...], kernel_size, stride, padding, output_size
+    spatial: tuple[int, ...],
+    kernel_size: Size,
+    stride: Size | None,
+    padding: Size,
+    output_size: UnpoolSize,
 ) -> tuple[int, ...]:
     """The output's spatial sizes, by torch.nn.functional._unpool_output_size's rules: by
     default (in - 1) * stride - 2 * padding + kernel_size per axis; output_size (with or
@@ -80,7 +93,7 @@ def unpool_output(
 
 
 def _geometry(
-    x: Tensor, indices: Tensor, spatial: int, window: tuple
+    x: np.ndarray | cla.Array, indices: np.ndarray | cla.Array, spatial: int, window: Window
 ) -> tuple[tuple[int, ...], int, int, int]:
     """The output's shape, the planes and the input and output plane sizes of unpooling
     `x` (indices of its shape) over `spatial` axes, after ATen's checks."""
@@ -103,7 +116,8 @@ def _host(a: object) -> np.ndarray | cla.Array:
     return a if isinstance(a, cla.Array) else plans.host_array(a)
 
 
-def _planner(where: Where, arrays: tuple, spatial: int, window: tuple, device, queue,
+def _planner(where: Where, arrays: tuple[object, ...], spatial: int, window: Window,
+             device: object, queue: cl.CommandQueue | None,
              backward: bool = False) -> tuple[Planner, tuple[int, ...], int, int, int]:  # fmt: skip
     """The planner of an unpooling op, and _geometry of its input and indices."""
     p = Planner(where, "unpool", device, arrays, queue)
@@ -125,7 +139,7 @@ def _planner(where: Where, arrays: tuple, spatial: int, window: tuple, device, q
     return p, out_shape, planes, ip, op
 
 
-def _gathers(spatial: int, window: tuple, op: int) -> bool:
+def _gathers(spatial: int, window: Window, op: int) -> bool:
     """Whether the fast path can run: windows of one element or more, strides of one or
     more (1-D and 2-D unpooling take 0), and the gather's in-plane arithmetic in 32-bit
     ints."""
@@ -133,7 +147,7 @@ def _gathers(spatial: int, window: tuple, op: int) -> bool:
     return min(*k, *s) > 0 and op + 2 * (max(k) + max(s)) < 2**31
 
 
-def _axes(sizes: tuple[int, ...], out_sizes: tuple[int, ...], window: tuple) -> dict:
+def _axes(sizes: tuple[int, ...], out_sizes: tuple[int, ...], window: Window) -> Scalars:
     """max_unpool_window's per-axis sizes (ID ... pw), a missing axis of side 1."""
     k, s, p = _window(len(sizes), *window[:3])
     pad = 3 - len(sizes)
@@ -146,8 +160,14 @@ def _axes(sizes: tuple[int, ...], out_sizes: tuple[int, ...], window: tuple) -> 
 
 
 def _plan_forward(
-    where: Where, arrays: tuple, spatial: int, window: tuple, device, gather: bool, queue
-):
+    where: Where,
+    arrays: tuple[object, ...],
+    spatial: int,
+    window: Window,
+    device: object,
+    gather: bool,
+    queue: cl.CommandQueue | None,
+) -> plans.Plan:
     """The fast path's plan (outputs out and flag): the window gather, or on a CPU one
     work-item per plane; or clear, claim and scatter's (out, owner and flag)."""
     p, out_shape, planes, ip, op = _planner(where, arrays, spatial, window, device, queue)
@@ -173,16 +193,19 @@ def _plan_forward(
 def _flag(queue: cl.CommandQueue, flag: cla.Array) -> int:
     """The bits the kernels set in `flag`, once they are done."""
     got = np.empty(1, np.int32)
-    cl.enqueue_copy(queue, got, flag.data, wait_for=flag.events, is_blocking=True)
+    data = cast(cl.Buffer, flag.data)  # a buffer of the op's own (scratch or the plan's)
+    cl.enqueue_copy(queue, got, data, wait_for=flag.events, is_blocking=True)
     return int(got[0])
 
 
-def _queue(device: object, queue: object, out: object, arrays: tuple) -> cl.CommandQueue:
+def _queue(
+    device: object, queue: cl.CommandQueue | None, out: Out, arrays: tuple[object, ...]
+) -> cl.CommandQueue:
     """The queue an op runs on: queue=, else out='s, else the device arrays', else the
     chosen device's (as plans' _resolve decides)."""
     if queue is not None:
         adopt.check_queue(queue)
-        return queue  # type: ignore[return-value]  # a CommandQueue: checked
+        return queue
     given = adopt.out_arrays(out, 1)
     for a in (*(given or ()), *arrays):
         if isinstance(a, cla.Array) and a.queue is not None:
@@ -190,7 +213,7 @@ def _queue(device: object, queue: object, out: object, arrays: tuple) -> cl.Comm
     return runtime(require(choose(device))).queue
 
 
-def _scratch(queue: cl.CommandQueue, shape: tuple[int, ...], dtype: np.dtype | type) -> cla.Array:
+def _scratch(queue: cl.CommandQueue, shape: tuple[int, ...], dtype: npt.DTypeLike) -> cla.Array:
     """An array the op writes, from the queue's memory pool; one larger than the device can
     allocate is refused (as the planner refuses its outputs)."""
     nbytes = math.prod(shape) * np.dtype(dtype).itemsize
@@ -204,7 +227,15 @@ def _scratch(queue: cl.CommandQueue, shape: tuple[int, ...], dtype: np.dtype | t
     return cla.empty(queue, shape, np.dtype(dtype), allocator=pool)
 
 
-def _unpool(spatial: int, input, indices, window: tuple, device, queue, out) -> Tensor:
+def _unpool(
+    spatial: int,
+    input: Tensor,
+    indices: Tensor,
+    window: Window,
+    device: object,
+    queue: cl.CommandQueue | None,
+    out: Out,
+) -> Tensor:
     label = _NAMES[spatial]
     with reporting(label) as where:
         arrays, like = adopt.inputs((input, indices))
@@ -224,20 +255,26 @@ def _unpool(spatial: int, input, indices, window: tuple, device, queue, out) -> 
         host = queue is None and out is None and not any(isinstance(a, cla.Array) for a in arrays)
         # device results of our own: the plan allocates them (no scratch arrays)
         mine = out is None and not host
-        got = out if out is not None or mine else _scratch(q, out_shape, x.dtype)
+        # out=: one Array (ops._run checks it); the runs on q give Arrays
+        got = cast(cla.Array | None, out) if out is not None or mine else _scratch(
+            q, out_shape, x.dtype)  # fmt: skip
         flag = None if got is None else _scratch(q, (1,), np.int32)
         params = (spatial, window, device)
         bits = 2  # bit 2: an index outside its window, so clear, claim and scatter
         if _gathers(spatial, window, op):
-            given = None if got is None else (got, flag)
-            got, flag = ops._run(label, _plan_forward, arrays, (*params, True), q, given, 2)
+            given = None if got is None or flag is None else (got, flag)
+            run = ops._run(label, _plan_forward, arrays, (*params, True), q, given, 2)
+            got, flag = cast(tuple[cla.Array, cla.Array], run)
             bits = _flag(q, flag) if work else 0
         if bits & 2:
-            owned = None if got is None else (got, _scratch(q, (planes * op,), np.int32), flag)
-            got, _, flag = ops._run(label, _plan_forward, arrays, (*params, False), q, owned, 3)
+            owned = None if got is None or flag is None else (
+                got, _scratch(q, (planes * op,), np.int32), flag)  # fmt: skip
+            run = ops._run(label, _plan_forward, arrays, (*params, False), q, owned, 3)
+            got, _, flag = cast(tuple[cla.Array, cla.Array, cla.Array], run)
             bits = _flag(q, flag) if work else 0
         if bits & 1:
             raise _bad(_invalid(None, out_shape[-spatial:]))
+        got = cast(cla.Array, got)  # bits start at 2: one of the runs above set it
         if not host:
             return got
         result = got.get()
@@ -254,14 +291,14 @@ def _invalid(index: int | None, sizes: tuple[int, ...]) -> str:
 def max_unpool1d(
     input: Tensor,
     indices: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
-    output_size=None,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    output_size: UnpoolSize = None,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """1-D max unpooling, as torch.nn.functional.max_unpool1d: zeros, with input[i] at
     indices[i] along L (the later input where two name one element). Host indices are
@@ -274,14 +311,14 @@ def max_unpool1d(
 def max_unpool2d(
     input: Tensor,
     indices: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
-    output_size=None,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    output_size: UnpoolSize = None,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """2-D max unpooling, as torch.nn.functional.max_unpool2d: zeros, with input[i] at the
     flat h * W + w index indices[i] of its output plane (the later input where two name
@@ -295,14 +332,14 @@ def max_unpool2d(
 def max_unpool3d(
     input: Tensor,
     indices: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
-    output_size=None,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    output_size: UnpoolSize = None,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """3-D max unpooling, as torch.nn.functional.max_unpool3d: zeros, with input[i] at the
     flat (d * H + h) * W + w index indices[i] of its output volume (the later input where
@@ -313,7 +350,14 @@ def max_unpool3d(
     return _unpool(3, input, indices, window, device, queue, out)
 
 
-def _plan_backward(where: Where, arrays: tuple, spatial: int, window: tuple, device, queue):
+def _plan_backward(
+    where: Where,
+    arrays: tuple[object, ...],
+    spatial: int,
+    window: Window,
+    device: object,
+    queue: cl.CommandQueue | None,
+) -> plans.Plan:
     p, out_shape, planes, ip, op = _planner(
         where, arrays, spatial, window, device, queue, backward=True
     )
@@ -324,7 +368,16 @@ def _plan_backward(where: Where, arrays: tuple, spatial: int, window: tuple, dev
     return p.plan("grad_out", None, "indices")
 
 
-def _backward(spatial: int, grad_output, input, indices, window, device, queue, out) -> Tensor:
+def _backward(
+    spatial: int,
+    grad_output: Tensor,
+    input: Tensor,
+    indices: Tensor,
+    window: Window,
+    device: object,
+    queue: cl.CommandQueue | None,
+    out: Out,
+) -> Tensor:
     label = f"{_NAMES[spatial]}_backward"
     arrays = (grad_output, input, indices)
     return ops._run(label, _plan_backward, arrays, (spatial, window, device), queue, out)[0]
@@ -334,14 +387,14 @@ def max_unpool1d_backward(
     grad_output: Tensor,
     input: Tensor,
     indices: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
-    output_size=None,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    output_size: UnpoolSize = None,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """Gradient of max_unpool1d with respect to its input: grad_output at each index (0
     where an index names no element of the output)."""
@@ -353,14 +406,14 @@ def max_unpool2d_backward(
     grad_output: Tensor,
     input: Tensor,
     indices: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
-    output_size=None,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    output_size: UnpoolSize = None,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """Gradient of max_unpool2d with respect to its input: grad_output at each index (0
     where an index names no element of the output plane)."""
@@ -372,14 +425,14 @@ def max_unpool3d_backward(
     grad_output: Tensor,
     input: Tensor,
     indices: Tensor,
-    kernel_size,
-    stride=None,
-    padding=0,
-    output_size=None,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    output_size: UnpoolSize = None,
     *,
     device: object = None,
-    queue: object = None,
-    out: object = None,
+    queue: cl.CommandQueue | None = None,
+    out: Out = None,
 ) -> Tensor:
     """Gradient of max_unpool3d with respect to its input: grad_output at each index (0
     where an index names no element of the output volume)."""
