@@ -218,9 +218,12 @@ def test_device_arrays_and_bit_identical_runs(device):
     xd, idd = cla.to_device(queue, x), cla.to_device(queue, i)
     first = clpool.max_unpool2d(xd, idd, 2)
     assert isinstance(first, cla.Array) and first.queue == queue
-    want = F.max_unpool2d(torch.from_numpy(x), torch.from_numpy(i), 2).numpy()
+    want = ref.max_unpool(x, i, 2, 2).astype(x.dtype)  # the later input wins
     runs = [first.get()] + [clpool.max_unpool2d(xd, idd, 2).get() for _ in range(3)]
     assert all(same_bits(r, want) for r in runs)
+    theirs = F.max_unpool2d(torch.from_numpy(x), torch.from_numpy(i), 2).numpy()
+    if not same_bits(theirs, want):  # as in test_duplicates_the_later_input_wins_as_torch
+        pytest.skip(f"torch {torch.__version__}'s CPU max_unpool lets an earlier input win")
 
 
 @pytest.mark.parametrize("spatial", [1, 2, 3])
