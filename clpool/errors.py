@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -52,6 +54,16 @@ def fail(
 ) -> NoReturn:
     """The one handler: raise `kind` with the clpool message format."""
     raise kind(label, device, dtype, reason, **extra)
+
+
+@contextmanager
+def relabeled(label: str) -> Iterator[None]:
+    """Report a PoolError raised inside under `label` (an op that runs another op)."""
+    try:
+        yield
+    except PoolError as e:
+        extra = dict(log=e.log, options=e.options) if isinstance(e, KernelError) else {}
+        fail(type(e), label, e.device, e.dtype, e.reason, **extra)
 
 
 @dataclass

@@ -13,7 +13,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from . import adopt, ops
-from .errors import KernelError, PoolArgumentError, PoolError, Problem, fail, reporting
+from .errors import PoolArgumentError, Problem, relabeled, reporting
 from .types import OptionalSize, Out, Size, Tensor
 
 R = TypeVar("R")
@@ -72,23 +72,19 @@ def _run(
 ) -> R:
     """Run the 2-D `op` on the 1-D `arrays` under `label`: ranks checked, inputs widened,
     results narrowed and returned in the inputs' kind; its errors named for `label`."""
-    try:
-        with reporting(label):
-            arrays, like = adopt.inputs(arrays, 1 if label.endswith("_backward") else 0)
-            for a in arrays:
-                if _rank(a) not in (2, 3):
-                    raise Problem(
-                        PoolArgumentError,
-                        "expected a 2-D (C, L) or 3-D (N, C, L) input, got shape "
-                        f"{np.shape(cast(npt.ArrayLike, a))}",
-                    )
-            if kw.get("out") is not None:
-                out = kw["out"]
-                kw["out"] = tuple(map(_widen, out)) if isinstance(out, tuple) else _widen(out)
-            got = op(*map(_widen, arrays), *args, **kw)
-    except PoolError as e:
-        extra = dict(log=e.log, options=e.options) if isinstance(e, KernelError) else {}
-        fail(type(e), label, e.device, e.dtype, e.reason, **extra)
+    with relabeled(label), reporting(label):
+        arrays, like = adopt.inputs(arrays, 1 if label.endswith("_backward") else 0)
+        for a in arrays:
+            if _rank(a) not in (2, 3):
+                raise Problem(
+                    PoolArgumentError,
+                    "expected a 2-D (C, L) or 3-D (N, C, L) input, got shape "
+                    f"{np.shape(cast(npt.ArrayLike, a))}",
+                )
+        if kw.get("out") is not None:
+            out = kw["out"]
+            kw["out"] = tuple(map(_widen, out)) if isinstance(out, tuple) else _widen(out)
+        got = op(*map(_widen, arrays), *args, **kw)
     # the 2-D ops' results for adopted inputs: numpy arrays or pyopencl Arrays
     parts = cast(tuple[np.ndarray | cla.Array, ...], got if isinstance(got, tuple) else (got,))
     results: Sequence[Tensor] = [_narrow(r) for r in parts]

@@ -19,9 +19,10 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 from clpool import adaptive_max as _adaptive_max
 from clpool import adopt as _adopt
 from clpool import ops as _ops
+from clpool import pool1d as _pool1d
 from clpool import pool3d as _pool3d
 from clpool import unpool as _unpool
-from clpool.errors import reporting
+from clpool.errors import PoolArgumentError, Problem, relabeled, reporting
 from clpool.types import OptionalSize, Size, Tensor
 
 __all__ = [
@@ -43,6 +44,12 @@ __all__ = [
     "adaptive_avg_pool3d",
     "avg_pool3d",
     "max_pool3d",
+    "AdaptiveAvgPool1d",
+    "AvgPool1d",
+    "MaxPool1d",
+    "adaptive_avg_pool1d",
+    "avg_pool1d",
+    "max_pool1d",
 ]
 
 # --- tensors <-> host arrays ---------------------------------------------------------
@@ -757,3 +764,125 @@ class AdaptiveAvgPool3d(AdaptiveAvgPool2d):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return adaptive_avg_pool3d(input, self.output_size)
+
+
+# --- 1-D: the 2-D functions on (N, C, 1, L), as clpool.pool1d runs the 2-D kernels ------
+
+
+def _widened(input: torch.Tensor, label: str) -> torch.Tensor:
+    """A (C, L) or (N, C, L) input as (C, 1, L) or (N, C, 1, L)."""
+    if input.dim() not in (2, 3):
+        with reporting(label) as where:
+            where.dtype = str(input.dtype).removeprefix("torch.")
+            raise Problem(
+                PoolArgumentError,
+                f"expected a 2-D (C, L) or 3-D (N, C, L) input, got shape {tuple(input.shape)}",
+            )
+    return input.unsqueeze(-2)
+
+
+def max_pool1d(
+    input: torch.Tensor,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    dilation: Size = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+    *,
+    device: object = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """1-D max pooling, as torch.nn.functional.max_pool1d; with return_indices, also the
+    int64 index of each maximum along L."""
+    with relabeled("max_pool1d"), reporting("max_pool1d"):
+        # the sizes' 2-D forms, of the types the 2-D functions take
+        k, s, p, d = cast(tuple[Any, ...], _pool1d._window(kernel_size, stride, padding, dilation))
+        got = max_pool2d(
+            _widened(input, "max_pool1d"), k, s, p, d, ceil_mode, return_indices, device=device
+        )
+    if isinstance(got, tuple):
+        return got[0].squeeze(-2), got[1].squeeze(-2)
+    return got.squeeze(-2)
+
+
+def avg_pool1d(
+    input: torch.Tensor,
+    kernel_size: Size,
+    stride: Size | None = None,
+    padding: Size = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    *,
+    device: object = None,
+) -> torch.Tensor:
+    """1-D average pooling, as torch.nn.functional.avg_pool1d."""
+    with relabeled("avg_pool1d"), reporting("avg_pool1d"):
+        k, s, p = cast(tuple[Any, ...], _pool1d._window(kernel_size, stride, padding))
+        got = avg_pool2d(
+            _widened(input, "avg_pool1d"), k, s, p, ceil_mode, count_include_pad, device=device
+        )
+    return got.squeeze(-2)
+
+
+def adaptive_avg_pool1d(
+    input: torch.Tensor, output_size: OptionalSize, *, device: object = None
+) -> torch.Tensor:
+    """1-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool1d."""
+    label = "adaptive_avg_pool1d"
+    with relabeled(label), reporting(label):
+        size = cast(OptionalSize, _pool1d._size(output_size, "output_size", 1))
+        got = adaptive_avg_pool2d(_widened(input, label), size, device=device)
+    return got.squeeze(-2)
+
+
+class MaxPool1d(MaxPool2d):
+    """torch.nn.MaxPool1d on clpool: same arguments, attributes and repr."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        return max_pool1d(
+            input, self.kernel_size, self.stride, self.padding, self.dilation,
+            ceil_mode=self.ceil_mode, return_indices=self.return_indices,
+        )  # fmt: skip
+
+
+class AvgPool1d(torch.nn.Module):
+    """torch.nn.AvgPool1d on clpool: same arguments, attributes (one-element tuples, as
+    torch's) and repr."""
+
+    __constants__ = ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad"]
+
+    def __init__(
+        self,
+        kernel_size: Size,
+        stride: Size | None = None,
+        padding: Size = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+    ) -> None:
+        super().__init__()
+        self.kernel_size = _single(kernel_size)
+        self.stride = _single(stride if stride is not None else kernel_size)
+        self.padding = _single(padding)
+        self.ceil_mode = ceil_mode
+        self.count_include_pad = count_include_pad
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return avg_pool1d(
+            input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+            self.count_include_pad,
+        )  # fmt: skip
+
+
+def _single(value: Size) -> tuple[int, ...]:
+    """A 1-D size as torch.nn's modules keep it: a tuple of one."""
+    return tuple(value) if isinstance(value, tuple) else (value,)
+
+
+class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
+    """torch.nn.AdaptiveAvgPool1d on clpool: same argument, attribute and repr."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return adaptive_avg_pool1d(input, self.output_size)

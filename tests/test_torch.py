@@ -368,3 +368,80 @@ def test_import_clpool_does_not_import_torch():
     code = "import sys, clpool; assert 'torch' not in sys.modules; print('ok')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+# ---------------------------------------------------------------- 1-D
+
+
+EXPECTED_1D = {
+    "max_pool1d": EXPECTED["max_pool2d"],
+    "avg_pool1d": EXPECTED["avg_pool2d"][:-1],  # torch's avg_pool1d has no divisor_override
+    "adaptive_avg_pool1d": EXPECTED["adaptive_avg_pool2d"],
+}
+CASES_1D = [  # (ours, torch's), the same arguments: ceil mode, dilation, padding, indices
+    (lambda t: ct.max_pool1d(t, 3, 2, 1, 2, True, True),
+     lambda t: F.max_pool1d(t, 3, 2, 1, 2, True, True)),
+    (lambda t: ct.max_pool1d(t, (2,), None, 1), lambda t: F.max_pool1d(t, (2,), None, 1)),
+    (lambda t: ct.avg_pool1d(t, 3, 2, 1, True, False),
+     lambda t: F.avg_pool1d(t, 3, 2, 1, True, False)),
+    (lambda t: ct.avg_pool1d(t, 4), lambda t: F.avg_pool1d(t, 4)),
+    (lambda t: ct.adaptive_avg_pool1d(t, 5), lambda t: F.adaptive_avg_pool1d(t, 5)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", EXPECTED_1D)
+def test_1d_signatures_are_torch_functionals(name):
+    assert _params(inspect.signature(getattr(ct, name))) == EXPECTED_1D[name]
+
+
+@pytest.mark.parametrize("case", range(len(CASES_1D)))
+def test_1d_forward_backward_and_gradcheck_match_torch(device, case):
+    ours, theirs = CASES_1D[case]
+    rng = np.random.default_rng(7900 + case)
+    x = torch.from_numpy(data(rng, (2, 3, 17), special=False)).requires_grad_()
+    got, want = ours(x), theirs(x)
+    if isinstance(want, tuple):
+        assert torch.equal(got[1], want[1])
+        got, want = got[0], want[0]
+    assert got.shape == want.shape
+    assert_close(_np(got), _np(want), 1e-5, str(case))
+    g = torch.from_numpy(data(rng, tuple(want.shape), special=False))
+    (mine,), (torchs,) = torch.autograd.grad(got, x, g), torch.autograd.grad(want, x, g)
+    assert_close(_np(mine), _np(torchs), 1e-5, f"{case} backward")
+    _need_fp64(device)
+    x64 = x.detach().double()[0].clone().requires_grad_()  # unbatched too
+    first = (lambda t: ours(t)[0]) if isinstance(ours(x64), tuple) else ours
+    assert torch.autograd.gradcheck(first, (x64,), eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+MODULES_1D = [
+    ("MaxPool1d", (3, 2, 1), {"dilation": 2, "ceil_mode": True}),
+    ("MaxPool1d", (2,), {"return_indices": True}),
+    ("AvgPool1d", (3, 2, 1), {"ceil_mode": True, "count_include_pad": False}),
+    ("AvgPool1d", (2,), {}),
+    ("AdaptiveAvgPool1d", (4,), {}),
+]
+
+
+@pytest.mark.parametrize("name, args, kwargs", MODULES_1D)
+def test_1d_modules_mirror_torch(name, args, kwargs):
+    ours, theirs = getattr(ct, name)(*args, **kwargs), getattr(torch.nn, name)(*args, **kwargs)
+    assert repr(ours) == repr(theirs)
+    assert ours.__constants__ == theirs.__constants__
+    for attr in theirs.__constants__:
+        assert getattr(ours, attr) == getattr(theirs, attr), attr
+    x = torch.from_numpy(data(np.random.default_rng(7950), (2, 3, 13)))
+    got, want = ours(x), theirs(x)
+    if isinstance(want, tuple):
+        assert torch.equal(got[1], want[1])
+        got, want = got[0], want[0]
+    assert_close(_np(got), _np(want), 1e-5, name)
+
+
+def test_1d_errors_name_the_1d_op():
+    with pytest.raises(clpool.PoolArgumentError, match="^max_pool1d kernel failed.*stride"):
+        ct.max_pool1d(torch.ones(1, 2, 8), 2, 0)
+    with pytest.raises(clpool.PoolArgumentError, match="^avg_pool1d kernel failed.*2-D"):
+        ct.avg_pool1d(torch.ones(1, 2, 3, 8), 2)
+    with pytest.raises(clpool.PoolArgumentError, match="^adaptive_avg_pool1d kernel failed"):
+        ct.adaptive_avg_pool1d(torch.ones(1, 2, 8), (2, 3))
