@@ -135,3 +135,15 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, launch
         # float16 backward always run tiled, float16 forward too
         tiled = dtype == np.float16 or (dtype.itemsize == 2 and "backward" in name)
         assert name.endswith("_plane") == (plane and not tiled), name
+
+
+@pytest.fixture
+def torch_one_thread():
+    """torch on one thread: its CPU max_unpool splits a plane's inputs between threads, so
+    which of two inputs naming one output wins depends on the thread count (one thread:
+    the later, as SPEC says)."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -657,6 +657,7 @@ def _copied(got, exact, context) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered in cast")  # NaN payloads
+@pytest.mark.usefixtures("torch_one_thread")
 def test_max_unpool_is_bit_exact_and_backward():
     rng = np.random.default_rng(24)
     for case in UNPOOL_CASES:
@@ -678,6 +679,7 @@ def test_max_unpool_is_bit_exact_and_backward():
         assert np.array_equal(bits(back)[~nan], bits(t.grad)[~nan]), case
 
 
+@pytest.mark.usefixtures("torch_one_thread")
 def test_nan_payloads_in_the_new_families():
     """Max pooling gives every NaN as 0x7FC0 (the float32 result rounded once), as torch's
     max_pool3d and adaptive_max_pool1d/2d do; torch's adaptive_max_pool3d alone copies the

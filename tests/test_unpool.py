@@ -24,6 +24,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 POOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+pytestmark = pytest.mark.usefixtures("torch_one_thread")  # torch's CPU unpool: conftest
 UNPOOL = {1: F.max_unpool1d, 2: F.max_unpool2d, 3: F.max_unpool3d}
 OURS = {1: clpool.max_unpool1d, 2: clpool.max_unpool2d, 3: clpool.max_unpool3d}
 BACKWARD = {1: clpool.max_unpool1d_backward, 2: clpool.max_unpool2d_backward,
