@@ -351,8 +351,9 @@ def copy_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
             strides = [s // view.itemsize for s in view.strides]
             k = programs.kernel(queue.context, "max_pool.cl", options, kernel, own=True)
             offset = (view.ctypes.data - host.ctypes.data) // view.itemsize
-            launch = kernels.bind(k, (w, h, n * c), None, C=c, H=h, W=w, offset=offset,
-                                  **dict(zip(("sn", "sc", "sh", "sw"), strides, strict=True)))
+            # a 4-D view is the copy kernel's 5-D (N, C, D, H, W) with D = 1
+            launch = kernels.bind(k, (w, h, n * c), None, C=c, D=1, H=h, W=w, offset=offset,
+                                  sd=0, **dict(zip(("sn", "sc", "sh", "sw"), strides, strict=True)))
             launch.enqueue(queue, {"in": source.base_data, "out": out.base_data}, None).wait()
             return out.get()
 
