@@ -43,6 +43,22 @@ def _volumes(p: Planner, dhw: tuple[int, ...], out: tuple[int, ...]) -> None:
         p.options += ("-DCLPOOL_LARGE_PLANE",)
 
 
+def _specialize(p: Planner, rows: int, win: shapes.Window3d | None = None) -> None:
+    """32-bit splits of the kernel's `rows` (dimension 2) below 2^32 of them, and the
+    window's sizes as compile-time constants where every one is small (never with
+    CLPOOL_SPECIALIZE=0)."""
+    if rows < 2**32:
+        p.options += ("-DCLPOOL_ROWS32",)
+    pol = p.policy
+    if win is not None and pol.specialize and max(win.k) <= pol.specialize_up_to:
+        fields = (("K", win.k), ("S", win.s), ("P", win.p), ("D", win.d))
+        p.options += tuple(
+            f"-DCLPOOL_3D_{field}{axis}={v}"
+            for field, values in fields
+            for axis, v in zip("DHW", values, strict=True)
+        )
+
+
 def _axes(prefix: str, values: tuple[int, ...]) -> dict[str, int]:
     return {f"{prefix}{axis}": v for axis, v in zip("dhw", values, strict=True)}
 
@@ -83,6 +99,7 @@ def _plan_max_forward(
     else:
         p.options += ("-DCLPOOL_NO_INDICES",)
     od, oh, ow = win.out
+    _specialize(p, n * c * od, win)
     if n * c:
         p.step(
             "max_pool3d_forward",
@@ -157,6 +174,7 @@ def _plan_max_backward(
     _volumes(p, dhw, win.out)
     p.output("grad_x", x.shape)
     d, h, w = dhw
+    _specialize(p, n * c * d, win)
     if n * c:
         p.step("max_pool3d_backward", (w, h, n * c * d), **_max_sizes(win, dhw))
     return p.plan("grad_out", None, "indices")
@@ -211,6 +229,7 @@ def _plan_avg_forward(
     _volumes(p, dhw, win.out)
     p.output("out", _unbatched((n, c, *win.out), x.ndim))
     od, oh, ow = win.out
+    _specialize(p, n * c * od, win)
     if n * c:
         p.step("avg_pool3d_forward", (ow, oh, n * c * od), **_avg_sizes(win, dhw, include, div))
     return p.plan("x")
@@ -249,6 +268,7 @@ def _plan_avg_backward(
     _volumes(p, dhw, win.out)
     p.output("grad_x", x.shape)
     d, h, w = dhw
+    _specialize(p, n * c * d, win)
     if n * c:
         p.step("avg_pool3d_backward", (w, h, n * c * d), **_avg_sizes(win, dhw, include, div))
     return p.plan("grad_out", None)
@@ -287,6 +307,7 @@ def _plan_adaptive_forward(
     out = shapes.adaptive_output(tuple(dhw), output_size)
     _volumes(p, dhw, out)
     p.output("out", _unbatched((n, c, *out), x.ndim))
+    _specialize(p, n * c * out[0])
     if n * c * math.prod(out):
         p.step(
             "adaptive_avg_pool3d_forward", (out[2], out[1], n * c * out[0]),
@@ -319,6 +340,7 @@ def _plan_adaptive_backward(
     _volumes(p, dhw, out)
     p.output("grad_x", x.shape)
     d, h, w = dhw
+    _specialize(p, n * c * d)
     if n * c:
         p.step("adaptive_avg_pool3d_backward", (w, h, n * c * d), **_shape_sizes(dhw, out))
     return p.plan("grad_out", None)

@@ -30,6 +30,33 @@
     if (ow >= (W) || oh >= (H))                                                     \
         return
 
+/* Splits row z of `n` planes per volume into its volume and its plane i: in 32 bits with
+ * -DCLPOOL_ROWS32 (fewer than 2^32 rows; 64-bit division is slow on GPUs). */
+#ifdef CLPOOL_ROWS32
+#define SPLIT_ROW(z, n, volume, i)                                                  \
+    long volume = (uint)(z) / (uint)(n);                                            \
+    int i = (int)((uint)(z) - (uint)volume * (uint)(n))
+#else
+#define SPLIT_ROW(z, n, volume, i)                                                  \
+    long volume = (z) / (n);                                                        \
+    int i = (int)((z) - volume * (n))
+#endif
+
+/* Window sizes are kernel arguments; with -DCLPOOL_3D_KD=.. -DCLPOOL_3D_KH=..
+ * -DCLPOOL_3D_KW=.. and likewise _SD.. (stride), _PD.. (padding) and, for max pooling,
+ * _DD.. (dilation) they become compile-time constants (divisions by a constant stride
+ * are cheap). Names of their own: clpool.h's CLPOOL_KH.. switch on 2-D code paths. */
+#ifdef CLPOOL_3D_KD
+#define FIX_WINDOW3D()                                                              \
+    (kd = CLPOOL_3D_KD, kh = CLPOOL_3D_KH, kw = CLPOOL_3D_KW, sd = CLPOOL_3D_SD,    \
+     sh = CLPOOL_3D_SH, sw = CLPOOL_3D_SW, pd = CLPOOL_3D_PD, ph = CLPOOL_3D_PH,    \
+     pw = CLPOOL_3D_PW)
+#define FIX_DILATION3D() (dd = CLPOOL_3D_DD, dh = CLPOOL_3D_DH, dw = CLPOOL_3D_DW)
+#else
+#define FIX_WINDOW3D() ((void)0)
+#define FIX_DILATION3D() ((void)0)
+#endif
+
 /* The first tap inside the volume sets the index (then a window of -inf names its
  * first element); values only: no index to set. */
 #ifdef CLPOOL_NO_INDICES
@@ -47,9 +74,10 @@ __kernel void max_pool3d_forward(__global const elem_t *restrict x,
                                  __global index_t *restrict indices,
                                  MAX_POOL3D_SIZES)
 {
+    FIX_WINDOW3D();
+    FIX_DILATION3D();
     ITEM3D(ow, oh, z, OW, OH);
-    long volume = z / OD;
-    int od = (int)(z - volume * OD);
+    SPLIT_ROW(z, OD, volume, od);
     __global const elem_t *xp = x + volume * D * H * W;
     int ds = od * sd - pd, hs = oh * sh - ph, ws = ow * sw - pw;
     int2 ti = taps_within(ds, kd, dd, D), tj = taps_within(hs, kh, dh, H),
@@ -85,9 +113,10 @@ __kernel void max_pool3d_backward(__global const elem_t *restrict grad_out,
                                   __global elem_t *restrict grad_x,
                                   MAX_POOL3D_SIZES)
 {
+    FIX_WINDOW3D();
+    FIX_DILATION3D();
     ITEM3D(iw, ih, z, W, H);
-    long volume = z / D;
-    int id = (int)(z - volume * D);
+    SPLIT_ROW(z, D, volume, id);
     long first = volume * OD * OH * OW;
     __global const elem_t *gp = grad_out + first;
     __global const index_t *ip = indices + first;
@@ -129,9 +158,9 @@ __kernel void avg_pool3d_forward(__global const elem_t *restrict x,
                                  __global elem_t *restrict out,
                                  AVG_POOL3D_SIZES)
 {
+    FIX_WINDOW3D();
     ITEM3D(ow, oh, z, OW, OH);
-    long volume = z / OD;
-    int od = (int)(z - volume * OD);
+    SPLIT_ROW(z, OD, volume, od);
     __global const elem_t *xp = x + volume * D * H * W;
     int ds = od * sd - pd, hs = oh * sh - ph, ws = ow * sw - pw;
     int d1 = min(ds + kd, D), h1 = min(hs + kh, H), w1 = min(ws + kw, W);
@@ -152,9 +181,9 @@ __kernel void avg_pool3d_backward(__global const elem_t *restrict grad_out,
                                   __global elem_t *restrict grad_x,
                                   AVG_POOL3D_SIZES)
 {
+    FIX_WINDOW3D();
     ITEM3D(iw, ih, z, W, H);
-    long volume = z / D;
-    int id = (int)(z - volume * D);
+    SPLIT_ROW(z, D, volume, id);
     __global const elem_t *gp = grad_out + volume * OD * OH * OW;
     window_range rd = windows_reaching(id, 1, D, sd, pd, kd, OD),
                  rh = windows_reaching(ih, 1, H, sh, ph, kh, OH),
@@ -189,8 +218,7 @@ __kernel void adaptive_avg_pool3d_forward(__global const elem_t *restrict x,
                                           ADAPTIVE_POOL3D_SIZES)
 {
     ITEM3D(ow, oh, z, OW, OH);
-    long volume = z / OD;
-    int od = (int)(z - volume * OD);
+    SPLIT_ROW(z, OD, volume, od);
     __global const elem_t *xp = x + volume * D * H * W;
     int d0 = cell_first(od, D, OD), d1 = cell_last(od, D, OD);
     int h0 = cell_first(oh, H, OH), h1 = cell_last(oh, H, OH);
@@ -213,8 +241,7 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
                                            ADAPTIVE_POOL3D_SIZES)
 {
     ITEM3D(iw, ih, z, W, H);
-    long volume = z / D;
-    int id = (int)(z - volume * D);
+    SPLIT_ROW(z, D, volume, id);
     __global const elem_t *gp = grad_out + volume * OD * OH * OW;
     int od1 = cell_last(id, OD, D), oh0 = cell_first(ih, OH, H), oh1 = cell_last(ih, OH, H),
         ow0 = cell_first(iw, OW, W), ow1 = cell_last(iw, OW, W);
