@@ -339,7 +339,7 @@ def copy_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     without _strided kernels copy a non-contiguous device input with them."""
     queue = discovery.runtime(discovery.select()).queue
     base = _data((2, 3, 5, 6), dtype, 704)
-    options = (f"-DCLPOOL_DTYPE={plans.DTYPE_BITS[dtype]}", "-DCLPOOL_INDEX=64")
+    options = (f"-DCLPOOL_DTYPE={plans.dtype_bits(dtype)}", "-DCLPOOL_INDEX=64")
     for name, host in (("values", base), ("indices", (base * 10).astype(np.int64))):
         view = host[:, 1:, ::2].transpose(0, 1, 3, 2)
         source = cla.to_device(queue, host)
@@ -429,7 +429,8 @@ def bfloat16_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield from islice(max_cases(dtype), 3)  # values; with int64 indices; their backward
     yield from islice(avg_cases(dtype), 2)  # forward and backward
     yield from adaptive_cases(dtype, ADAPTIVE[:1])
-    yield from islice(strided_cases(dtype), 1)
+    yield from islice(strided_cases(dtype), 1)  # a _strided kernel
+    yield from islice(copy_cases(dtype), 1)  # the copy kernel: 16 bits moved untouched
     x = _data((1, 1, 2, 40), dtype, 900)
     x[0, 0, 0, :3] = (np.nan, -np.inf, 1)
     yield (
