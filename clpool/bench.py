@@ -43,11 +43,14 @@ OPS = (
     "max_pool3d_with_indices_backward",
     "avg_pool3d",
     "avg_pool3d_backward",
+    "max_pool1d",
+    "avg_pool1d",
 )
 WINDOWED = OPS[:5]
 ADAPTIVE_AVG = OPS[5:7]
 ADAPTIVE_MAX = OPS[7:9]
-WINDOWED_3D = OPS[10:]
+WINDOWED_3D = OPS[10:14]
+WINDOWED_1D = OPS[14:]
 # max_unpool2d of max_pool2d k2 s2's result (and indices) back to the first shape's size
 UNPOOL_WINDOW = dict(kernel_size=2, stride=2, padding=0)
 # (shape, output size) of the adaptive max pooling cases: a classifier's head (N / 4 on a
@@ -62,6 +65,8 @@ SHAPES = (
 ADAPTIVE_OUTPUTS = (7, 1)
 # The 3-D sweep: f32 NCDHW, a GPU's size (a CPU gets N / 4).
 SHAPE_3D = ((8, 64, 16, 56, 56), dict(kernel_size=3, stride=2, padding=1))
+# The 1-D sweep: f32 (N, C, L), audio or text (a CPU gets N / 4).
+SHAPE_1D = ((64, 256, 4096), dict(kernel_size=3, stride=2, padding=0))
 MIN_TIME = 0.2  # seconds a timed loop of calls runs at least (unless MAX_CALLS)
 MAX_CALLS = 20_000  # calls in one timed loop at most
 KERNEL_CALLS = 100  # calls whose profiling events give the kernel time, at most
@@ -72,7 +77,7 @@ class Case:
     """One op on one input shape with its parameters."""
 
     op: str
-    shape: tuple[int, ...]  # (N, C, H, W), or (N, C, D, H, W) for the 3-D ops
+    shape: tuple[int, ...]  # (N, C, H, W); (N, C, D, H, W) for the 3-D ops, (N, C, L) 1-D
     params: Record = field(default_factory=dict)
     dtype: str = "float32"
     layout: str = "nchw"  # or "nhwc": channels-last inputs (PyTorch's too)
@@ -93,11 +98,13 @@ def default_cases(
     dtype: str = "float32",
     layout: str = "nchw",
 ) -> list[Case]:
-    """The default sweep (or every op of the shape's rank on one given shape with k3 s2 p1),
-    in `dtype`, on inputs of `layout` ("nchw", or "nhwc": channels-last)."""
-    if shape is not None and len(shape) == 5:
-        return [Case(op, tuple(shape), dict(SHAPE_3D[1]), dtype)
-                for op in WINDOWED_3D if op in ops_wanted]  # fmt: skip
+    """The default sweep (or every op of the shape's rank on one given shape, with the
+    rank's first window), in `dtype`, on inputs of `layout` ("nchw", or "nhwc":
+    channels-last; the 2-D ops)."""
+    other_ranks = {5: (WINDOWED_3D, SHAPE_3D), 3: (WINDOWED_1D, SHAPE_1D)}
+    if shape is not None and len(shape) in other_ranks:
+        rank_ops, (_, window) = other_ranks[len(shape)]
+        return [Case(op, tuple(shape), dict(window), dtype) for op in rank_ops if op in ops_wanted]
     shapes: tuple[tuple[tuple[int, ...], dict[str, int]], ...] = (
         SHAPES if shape is None else ((tuple(shape), SHAPES[0][1]),)
     )
@@ -124,9 +131,9 @@ def default_cases(
         if op in ops_wanted
     ]
     if shape is None:
-        s, window = SHAPE_3D
-        s = (max(1, s[0] // 4), *s[1:]) if cpu else s
-        cases += [Case(op, s, dict(window), dtype) for op in WINDOWED_3D if op in ops_wanted]
+        for rank_ops, (s, window) in other_ranks.values():
+            s = (max(1, s[0] // 4), *s[1:]) if cpu else s
+            cases += [Case(op, s, dict(window), dtype) for op in rank_ops if op in ops_wanted]
     return cases
 
 
@@ -286,6 +293,8 @@ def _torch_call(case: Case, t: Record) -> Callable[[], object]:
         size = list(case.shape[-2:])
         return lambda: F.max_unpool2d(t["pooled"], t["indices"], k, s, pad, size)
     return {
+        "max_pool1d": lambda: F.max_pool1d(t["x"], k, s, pad),
+        "avg_pool1d": lambda: F.avg_pool1d(t["x"], k, s, pad),
         "max_pool3d": lambda: F.max_pool3d(t["x"], k, s, pad),
         "max_pool3d_with_indices_backward": lambda: aten.max_pool3d_with_indices_backward(
             t["grad_output"], t["x"], k, s, pad, [1] * 3, False, t["indices"]

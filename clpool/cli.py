@@ -132,7 +132,9 @@ def check(device_spec: str | None, dtype: str, as_json: bool) -> None:
 )
 @click.option("--op", "op_names", multiple=True, help="Only this op (repeatable).")
 @click.option(
-    "--shape", help="One input shape N,C,H,W (N,C,D,H,W: the 3-D ops) instead of the sweep."
+    "--shape",
+    help="One input shape N,C,H,W (N,C,D,H,W: the 3-D ops; N,C,L: the 1-D ops) instead of "
+    "the sweep.",
 )
 @click.option(
     "--repeats", default=5, show_default=True, help="Timed loops per case (the median is kept)."
@@ -189,10 +191,10 @@ def bench(
         dims = tuple(int(v) for v in shape.replace(",", " ").split()) if shape else None
     except ValueError:
         dims = ()
-    if dims is not None and (len(dims) not in (4, 5) or min(dims) < 1):
+    if dims is not None and (len(dims) not in (3, 4, 5) or min(dims) < 1):
         raise click.BadParameter(
-            f"--shape wants four positive sizes N,C,H,W (or five, N,C,D,H,W, for the 3-D "
-            f"ops), got {shape!r}"
+            f"--shape wants four positive sizes N,C,H,W (five, N,C,D,H,W, for the 3-D ops; "
+            f"three, N,C,L, for the 1-D ops), got {shape!r}"
         )
     if repeats < 1 or min_time <= 0:
         raise click.BadParameter("--repeats and --min-time must be positive")

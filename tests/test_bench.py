@@ -66,7 +66,7 @@ def test_bench_json_on_a_tiny_shape(device):
     report = json.loads(result.stdout)  # progress goes to stderr, the JSON alone to stdout
     assert report["loops"] == 1 and report["min_time_s"] == 0.005
     ops = [c.op for c in bench.default_cases(False, bench.OPS, (1, 1, 8, 8))]
-    assert set(ops) == set(bench.OPS) - set(bench.WINDOWED_3D)
+    assert set(ops) == set(bench.OPS) - set(bench.WINDOWED_3D) - set(bench.WINDOWED_1D)
     _check_report(report, device, ops, [1, 1, 8, 8])
     assert "bench" in result.stderr
 
@@ -88,6 +88,23 @@ def test_the_default_sweep_has_the_3d_cases_with_the_batch_scaled_on_a_cpu():
         assert [c.op for c in cases] == list(bench.WINDOWED_3D)
         assert {c.shape for c in cases} == {(n, 64, 16, 56, 56)}
         assert {c.label for c in cases} == {"k3 s2 p1"}
+
+
+def test_bench_json_on_a_tiny_sequence(device):
+    """A shape of three sizes times the 1-D ops, PyTorch beside them."""
+    result = invoke("--shape", "1,2,9", "--json", *FAST)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [row["op"] for row in report["rows"]] == list(bench.WINDOWED_1D)
+    _check_report(report, device, list(bench.WINDOWED_1D), [1, 2, 9])
+    assert all(row["torch_wall_us"] > 0 for row in report["rows"])
+
+
+def test_the_default_sweep_has_issue_16s_1d_case_with_the_batch_scaled_on_a_cpu():
+    for cpu, n in ((False, 64), (True, 16)):
+        cases = [c for c in bench.default_cases(cpu) if c.op in bench.WINDOWED_1D]
+        assert [c.op for c in cases] == ["max_pool1d", "avg_pool1d"]
+        assert {(c.shape, c.label) for c in cases} == {((n, 256, 4096), "k3 s2 p0")}
 
 
 def test_bench_table_labels_wall_and_kernel_columns(device):
@@ -112,7 +129,14 @@ def test_bench_table_labels_wall_and_kernel_columns(device):
 
 
 @pytest.mark.parametrize(
-    "args", [["--shape", "1,2,3"], ["--shape", "1,0,4,4"], ["--op", "conv2d"], ["--repeats", "0"]]
+    "args",
+    [
+        ["--shape", "1,2"],
+        ["--shape", "1,2,3,4,5,6"],
+        ["--shape", "1,0,4,4"],
+        ["--op", "conv2d"],
+        ["--repeats", "0"],
+    ],
 )
 def test_bench_refuses_bad_options(args):
     result = invoke(*args)
@@ -195,6 +219,8 @@ def test_the_default_sweep_has_adaptive_max_pooling_of_a_classifier_head():
                  if c.op.startswith("adaptive_max")]  # fmt: skip
         assert found == [(op, (n, 256, 14, 14), "out 7") for op in bench.ADAPTIVE_MAX]
     assert bench.ADAPTIVE_MAX == ("adaptive_max_pool2d", "adaptive_max_pool2d_backward")
+
+
 def test_bench_layout_option_times_channels_last_inputs(device, launched):
     """--layout nhwc: clpool's inputs are channels-last (its _strided kernels run) and so are
     PyTorch's; the rows say so."""
