@@ -72,6 +72,17 @@ def _empty(plan: plans.Plan, spec: plans.Output, pool: cl_tools.MemoryPool | Non
     return cla.Array(plan.queue, spec.shape, spec.dtype, strides=spec.strides, allocator=pool)
 
 
+def view(a: cla.Array, shape: tuple[int, ...], strides: tuple[int, ...]) -> cla.Array:
+    """Array `a`'s memory seen with another shape and strides (the same elements), sharing
+    its events: the 1-D ops' (N, C, L) arrays as (N, C, 1, L) and back."""
+    if _FAST:
+        return cla.Array(None, shape, a.dtype, data=a.base_data, offset=a.offset,
+                         strides=strides, events=a.events, _fast=True, _size=a.size,
+                         _context=a.context, _queue=a.queue)  # fmt: skip
+    return cla.Array(a.queue, shape, a.dtype, data=a.base_data, offset=a.offset,
+                     strides=strides, events=a.events)  # fmt: skip
+
+
 def _upload(
     queue: cl.CommandQueue, value: object, pool: cl_tools.MemoryPool | None, as_is: bool
 ) -> cla.Array:

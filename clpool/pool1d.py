@@ -12,7 +12,7 @@ import numpy.typing as npt
 import pyopencl as cl
 import pyopencl.array as cla
 
-from . import adopt, ops
+from . import adopt, launch, ops
 from .errors import PoolArgumentError, Problem, relabeled, reporting
 from .types import OptionalSize, Out, Size, Tensor
 
@@ -54,16 +54,14 @@ def _widen(a: object) -> np.ndarray | cla.Array:
     if isinstance(a, cla.Array):
         shape = (*a.shape[:-1], 1, a.shape[-1])
         strides = (*a.strides[:-1], a.shape[-1] * a.strides[-1], a.strides[-1])
-        return cla.Array(a.queue, shape, a.dtype, data=a.base_data, offset=a.offset,
-                         strides=strides, events=list(a.events))  # fmt: skip
+        return launch.view(a, shape, strides)
     return np.expand_dims(np.asarray(a), -2)
 
 
 def _narrow(a: np.ndarray | cla.Array) -> np.ndarray | cla.Array:
     """A 2-D op's (..., 1, L) result as (..., L)."""
     if isinstance(a, cla.Array):
-        # pyopencl's Array.reshape has no annotations
-        return cast(cla.Array, a.reshape((*a.shape[:-2], a.shape[-1])))  # type: ignore[no-untyped-call]
+        return launch.view(a, (*a.shape[:-2], a.shape[-1]), (*a.strides[:-2], a.strides[-1]))
     return a[..., 0, :]
 
 

@@ -5,6 +5,8 @@ op's own label."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
@@ -26,8 +28,11 @@ def _cases(seed: int, count: int, dilation: bool = True):
     while len(found) < count:
         k, s, d = int(rng.integers(1, 6)), int(rng.integers(1, 4)), int(rng.integers(1, 3))
         d = d if dilation else 1
-        p = int(rng.integers(0, ((k - 1) * d + 1) // 2 + 1)) if dilation else int(
-            rng.integers(0, k // 2 + 1))
+        p = (
+            int(rng.integers(0, ((k - 1) * d + 1) // 2 + 1))
+            if dilation
+            else int(rng.integers(0, k // 2 + 1))
+        )
         length = int(rng.integers(1, 40))
         ceil = bool(rng.integers(0, 2))
         if (length + 2 * p - d * (k - 1) - 1) // s + 1 < 1:
@@ -73,8 +78,12 @@ def test_avg_pool1d_and_its_backward_equal_torch_and_the_reference(device):
             case = (shape, k, s, p, ceil, include_pad)
             assert_close(got, want.detach().numpy(), 1e-5, case)
             x4 = x[..., None, :]
-            assert_close(got, ref.avg_pool2d(x4, (1, k), (1, s), (0, p), ceil, include_pad)[
-                ..., 0, :], 1e-5, case)
+            assert_close(
+                got,
+                ref.avg_pool2d(x4, (1, k), (1, s), (0, p), ceil, include_pad)[..., 0, :],
+                1e-5,
+                case,
+            )
             g = rng.standard_normal(got.shape).astype(np.float32)
             want.backward(torch.from_numpy(g))
             grad = clpool.avg_pool1d_backward(g, x, k, s, p, ceil, include_pad)
@@ -98,17 +107,53 @@ def test_device_arrays_strided_too_stay_on_the_device(device):
     queue = cl.CommandQueue(cl.Context([device]))
     rng = np.random.default_rng(163)
     x = rng.standard_normal((2, 4, 30)).astype(np.float32)
-    for xd, host in [(cla.to_device(queue, x), x),
-                     (cla.to_device(queue, x)[:, :, ::2], x[:, :, ::2]),
-                     (cla.to_device(queue, x)[1:], x[1:])]:
+    for xd, host in [
+        (cla.to_device(queue, x), x),
+        (cla.to_device(queue, x)[:, :, ::2], x[:, :, ::2]),
+        (cla.to_device(queue, x)[1:], x[1:]),
+    ]:
         got, idx = clpool.max_pool1d(xd, 3, 2, 1, return_indices=True)
         assert isinstance(got, cla.Array) and got.events
-        want, want_i = F.max_pool1d(torch.from_numpy(np.ascontiguousarray(host)), 3, 2, 1,
-                                    return_indices=True)
+        want, want_i = F.max_pool1d(
+            torch.from_numpy(np.ascontiguousarray(host)), 3, 2, 1, return_indices=True
+        )
         assert same_bits(got.get(), want.numpy()) and same_bits(idx.get(), want_i.numpy())
         avg = clpool.avg_pool1d(xd, 4, 3)
-        assert_close(avg.get(), F.avg_pool1d(torch.from_numpy(np.ascontiguousarray(host)),
-                                             4, 3).numpy())
+        assert_close(
+            avg.get(), F.avg_pool1d(torch.from_numpy(np.ascontiguousarray(host)), 4, 3).numpy()
+        )
+
+
+def _kernel_waits(gate: cl.UserEvent, kernel: cl.Event, queue: cl.CommandQueue) -> None:
+    """Kernel `kernel` has not run while `gate` is open, then `gate` is set."""
+    try:
+        assert kernel.command_type == cl.command_type.NDRANGE_KERNEL
+        queue.flush()
+        time.sleep(0.3)  # ample for the kernel to run, had it not waited for the gate
+        assert kernel.command_execution_status != cl.command_execution_status.COMPLETE
+    finally:
+        gate.set_status(cl.command_execution_status.COMPLETE)
+
+
+def test_events_pass_through_the_1d_view(device):
+    """A 1-D op waits for its input's and its out='s events, and out= (not a copy of its
+    event list) carries the kernel's event."""
+    queue = cl.CommandQueue(cl.Context([device]))
+    x = cla.to_device(queue, np.arange(2 * 3 * 9, dtype=np.float32).reshape(2, 3, 9))
+    want = F.max_pool1d(torch.from_numpy(x.get()), 3).numpy()
+    queue.finish()
+    gate = cl.UserEvent(queue.context)
+    x.add_event(gate)
+    got = clpool.max_pool1d(x, 3)
+    _kernel_waits(gate, got.events[-1], queue)
+    assert same_bits(got.get(), want)
+    out = cla.zeros(queue, (2, 3, 3), np.float32)
+    queue.finish()
+    gate = cl.UserEvent(queue.context)
+    out.add_event(gate)
+    clpool.max_pool1d(x, 3, out=out)
+    _kernel_waits(gate, out.events[-1], queue)
+    assert same_bits(out.get(), want)
 
 
 def test_tensors_in_tensors_out():
@@ -122,16 +167,22 @@ def test_tensors_in_tensors_out():
     assert isinstance(out, torch.Tensor) and out.shape == (2, 3, 4)
 
 
-@pytest.mark.parametrize("call, label", [
-    (lambda x: clpool.max_pool1d(x, (2, 2)), "max_pool1d"),
-    (lambda x: clpool.max_pool1d(x[0, 0], 2), "max_pool1d"),
-    (lambda x: clpool.avg_pool1d(x, 0), "avg_pool1d"),
-    (lambda x: clpool.avg_pool1d(x, 2, padding=2), "avg_pool1d"),
-    (lambda x: clpool.adaptive_avg_pool1d(x, -1), "adaptive_avg_pool1d"),
-    (lambda x: clpool.max_pool1d_with_indices_backward(x, x, 2, 2, 0, 1, False,
-                                                       np.zeros((1, 2, 3), np.int64)),
-     "max_pool1d_with_indices_backward"),
-])
+@pytest.mark.parametrize(
+    "call, label",
+    [
+        (lambda x: clpool.max_pool1d(x, (2, 2)), "max_pool1d"),
+        (lambda x: clpool.max_pool1d(x[0, 0], 2), "max_pool1d"),
+        (lambda x: clpool.avg_pool1d(x, 0), "avg_pool1d"),
+        (lambda x: clpool.avg_pool1d(x, 2, padding=2), "avg_pool1d"),
+        (lambda x: clpool.adaptive_avg_pool1d(x, -1), "adaptive_avg_pool1d"),
+        (
+            lambda x: clpool.max_pool1d_with_indices_backward(
+                x, x, 2, 2, 0, 1, False, np.zeros((1, 2, 3), np.int64)
+            ),
+            "max_pool1d_with_indices_backward",
+        ),
+    ],
+)
 def test_errors_are_named_for_the_1d_op(device, call, label):
     x = np.ones((1, 2, 8), np.float32)
     with pytest.raises(PoolArgumentError) as info:
