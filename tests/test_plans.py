@@ -26,25 +26,6 @@ def _rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-@pytest.fixture
-def queue(device) -> cl.CommandQueue:
-    return cl.CommandQueue(cl.Context([device]))
-
-
-@pytest.fixture
-def made(monkeypatch) -> list[str]:
-    """The label of every plan made during the test."""
-    record: list[str] = []
-    keep = plans.keep
-
-    def spy(key, plan):
-        record.append(key[0])
-        return keep(key, plan)
-
-    monkeypatch.setattr(plans, "keep", spy)
-    return record
-
-
 # ---------------------------------------------------------------- reuse
 
 
