@@ -12,6 +12,7 @@ import pyopencl.array as cla
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from pool_cases import in_threads
 
 import clpool
 from clpool import check, discovery, launch, plans, programs
@@ -362,21 +363,12 @@ def test_threads_give_single_thread_results_and_build_once(device, monkeypatch,
         inputs += [x, cla.to_device(queue, x), cla.to_device(queue, x)[:, :, 1:, ::2]]
     barrier = threading.Barrier(8)
     results: dict[int, list] = {}
-    errors: list[BaseException] = []
 
     def worker(i: int) -> None:
-        try:
-            barrier.wait()  # all threads start cold, at once: the builds race
-            results[i] = [[all_ops(x) for x in inputs] for _ in range(3)]
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        barrier.wait()  # all threads start cold, at once: the builds race
+        results[i] = [[all_ops(x) for x in inputs] for _ in range(3)]
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors[0]
+    in_threads(worker, timeout=120)
     assert len(results) == 8
     # each (context, source, options) was built once, although 8 threads asked at once
     built = programs.builds
