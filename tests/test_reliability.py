@@ -171,18 +171,25 @@ def assert_argument_error(excinfo, label: str, device: cl.Device, dtype: np.dtyp
 # ------------------------------------------------------------------ properties
 
 
+def _window_case(draw, family: str) -> tuple:
+    """A drawn case of `family` ("max" or "avg"): dtype, input shape, window arguments by
+    name, input, and the problem window_problem finds in them (None: valid)."""
+    dtype = draw(st.sampled_from(DTYPES))
+    any_ = draw(ANY)
+    shape = draw(shapes(any_))
+    args = draw(windows(family, any_))
+    x = draw(data(shape, dtype))
+    problem = window_problem(shape, args, family)
+    event(f"{family}: {problem or 'valid'}")
+    return dtype, shape, args, x, problem
+
+
 @PROPERTY
 @given(st.data())
 def test_max_pool_matches_reference_or_rejects(device, data_) -> None:
     draw = data_.draw
-    dtype = draw(st.sampled_from(DTYPES))
-    any_ = draw(ANY)
-    shape = draw(shapes(any_))
-    args = draw(windows("max", any_))
-    x = draw(data(shape, dtype))
+    dtype, shape, args, x, problem = _window_case(draw, "max")
     index_dtype = draw(st.sampled_from(["int64", "int32"]))
-    problem = window_problem(shape, args, "max")
-    event(f"max: {problem or 'valid'}")
     pos = (args["kernel_size"], args["stride"], args["padding"], args["dilation"],
            args["ceil_mode"])
     if torch is not None and len(shape) in (3, 4):
@@ -221,13 +228,7 @@ def test_max_pool_matches_reference_or_rejects(device, data_) -> None:
 @given(st.data())
 def test_avg_pool_matches_reference_or_rejects(device, data_) -> None:
     draw = data_.draw
-    dtype = draw(st.sampled_from(DTYPES))
-    any_ = draw(ANY)
-    shape = draw(shapes(any_))
-    args = draw(windows("avg", any_))
-    x = draw(data(shape, dtype))
-    problem = window_problem(shape, args, "avg")
-    event(f"avg: {problem or 'valid'}")
+    dtype, shape, args, x, problem = _window_case(draw, "avg")
     pos = (args["kernel_size"], args["stride"], args["padding"], args["ceil_mode"],
            args["count_include_pad"], args["divisor_override"])
     if torch is not None and len(shape) in (3, 4):
