@@ -156,59 +156,7 @@ def run(device: object = None, dtype: object = "float32") -> list[Row]:
     if dt.name not in TOLERANCE:  # let an op refuse it, through the one error handler
         ops.max_pool2d(np.zeros((1, 1, 2, 2), dt), 2, device=device)
         raise RuntimeError(f"max_pool2d accepted the unsupported dtype {dt.name}")
-    cases = _cases(dt)
-    rows = []
-
-    def max_values(c: Case) -> Results:
-        got = cast(Tensor, ops.max_pool2d(c["x"], *c["args"], device=device))  # no indices
-        return [(got, ref.max_pool2d(c["x"], *c["args"]).astype(dt), True)]
-
-    def max_indices(c: Case) -> Results:
-        kind = c.get("index_dtype", "int64")
-        got, got_i = ops.max_pool2d_with_indices(
-            c["x"], *c["args"], index_dtype=kind, device=device
-        )
-        want, want_i = ref.max_pool2d_with_indices(c["x"], *c["args"])
-        return [(got, want.astype(dt), True), (got_i, want_i.astype(kind), True)]
-
-    def max_backward(c: Case) -> Results:
-        _, idx = ref.max_pool2d_with_indices(c["x"], *c["args"])
-        g = _grad(c, idx.shape, dt)
-        k, s, p, d, ceil_mode = c["args"]
-        got = ops.max_pool2d_with_indices_backward(
-            g, c["x"], k, s, p, d, ceil_mode, idx, device=device
-        )
-        return [(got, ref.max_pool2d_with_indices_backward(g, c["x"], idx, *c["args"]), False)]
-
-    def avg(c: Case) -> Results:
-        got = ops.avg_pool2d(c["x"], *c["args"], device=device)
-        return [(got, ref.avg_pool2d(c["x"], *c["args"]), False)]
-
-    def avg_backward(c: Case) -> Results:
-        g = _grad(c, ref.avg_pool2d(c["x"], *c["args"]).shape, dt)
-        got = ops.avg_pool2d_backward(g, c["x"], *c["args"], device=device)
-        return [(got, ref.avg_pool2d_backward(g, c["x"], *c["args"]), False)]
-
-    def adaptive(c: Case) -> Results:
-        got = ops.adaptive_avg_pool2d(c["x"], *c["args"], device=device)
-        return [(got, ref.adaptive_avg_pool2d(c["x"], *c["args"]), False)]
-
-    def adaptive_backward(c: Case) -> Results:
-        g = _grad(c, ref.adaptive_avg_pool2d(c["x"], *c["args"]).shape, dt)
-        got = ops.adaptive_avg_pool2d_backward(g, c["x"], device=device)
-        return [(got, ref.adaptive_avg_pool2d_backward(g, c["x"]), False)]
-
-    for label, family, exact, one in (
-        ("max_pool2d", "max", True, max_values),
-        ("max_pool2d_with_indices", "max", True, max_indices),
-        ("max_pool2d_with_indices_backward", "max", False, max_backward),
-        ("avg_pool2d", "avg", False, avg),
-        ("avg_pool2d_backward", "avg", False, avg_backward),
-        ("adaptive_avg_pool2d", "adaptive", False, adaptive),
-        ("adaptive_avg_pool2d_backward", "adaptive", False, adaptive_backward),
-    ):
-        rows.append(_run(label, dt, cases[family], exact, one))
-    rows += _rows_3d(device, dt)
+    rows = _window_rows(2, _cases(dt), dt, device) + _window_rows(3, _cases_3d(dt), dt, device)
     return rows + _adaptive_max_rows(dt, device) + _unpool_rows(dt, device)
 
 
@@ -341,59 +289,71 @@ def _cases_3d(dtype: np.dtype) -> dict[str, list[Case]]:
     return cases
 
 
-def _rows_3d(device: object, dt: np.dtype) -> list[Row]:
-    """The rows of the 3-D ops, after the 2-D ones."""
-    cases = _cases_3d(dt)
+def _window_rows(
+    rank: int, cases: dict[str, list[Case]], dt: np.dtype, device: object
+) -> list[Row]:
+    """The rows of the `rank`-D max, average and adaptive average ops (and their backward
+    ops) on `cases`, by family."""
+    n = f"{rank}d"
+    module = {2: ops, 3: pool3d}[rank]
+
+    def op(name: str) -> Any:
+        return getattr(module, name)
+
+    def want(name: str) -> Any:
+        return getattr(ref, name)
 
     def max_values(c: Case) -> Results:
-        got = cast(Tensor, pool3d.max_pool3d(c["x"], *c["args"], device=device))  # no indices
-        return [(got, ref.max_pool3d(c["x"], *c["args"]).astype(dt), True)]
+        got = cast(Tensor, op(f"max_pool{n}")(c["x"], *c["args"], device=device))  # no indices
+        return [(got, want(f"max_pool{n}")(c["x"], *c["args"]).astype(dt), True)]
 
     def max_indices(c: Case) -> Results:
         kind = c.get("index_dtype", "int64")
-        got, got_i = pool3d.max_pool3d_with_indices(
+        got, got_i = op(f"max_pool{n}_with_indices")(
             c["x"], *c["args"], index_dtype=kind, device=device
         )
-        want, want_i = ref.max_pool3d_with_indices(c["x"], *c["args"])
-        return [(got, want.astype(dt), True), (got_i, want_i.astype(kind), True)]
+        want_v, want_i = want(f"max_pool{n}_with_indices")(c["x"], *c["args"])
+        return [(got, want_v.astype(dt), True), (got_i, want_i.astype(kind), True)]
 
     def max_backward(c: Case) -> Results:
-        _, idx = ref.max_pool3d_with_indices(c["x"], *c["args"])
+        _, idx = want(f"max_pool{n}_with_indices")(c["x"], *c["args"])
         g = _grad(c, idx.shape, dt)
         k, s, p, d, ceil_mode = c["args"]
-        got = pool3d.max_pool3d_with_indices_backward(
+        got = op(f"max_pool{n}_with_indices_backward")(
             g, c["x"], k, s, p, d, ceil_mode, idx, device=device
         )
-        return [(got, ref.max_pool3d_with_indices_backward(g, c["x"], idx, *c["args"]), False)]
+        return [
+            (got, want(f"max_pool{n}_with_indices_backward")(g, c["x"], idx, *c["args"]), False)
+        ]
 
     def avg(c: Case) -> Results:
-        got = pool3d.avg_pool3d(c["x"], *c["args"], device=device)
-        return [(got, ref.avg_pool3d(c["x"], *c["args"]), False)]
+        got = op(f"avg_pool{n}")(c["x"], *c["args"], device=device)
+        return [(got, want(f"avg_pool{n}")(c["x"], *c["args"]), False)]
 
     def avg_backward(c: Case) -> Results:
-        g = _grad(c, ref.avg_pool3d(c["x"], *c["args"]).shape, dt)
-        got = pool3d.avg_pool3d_backward(g, c["x"], *c["args"], device=device)
-        return [(got, ref.avg_pool3d_backward(g, c["x"], *c["args"]), False)]
+        g = _grad(c, want(f"avg_pool{n}")(c["x"], *c["args"]).shape, dt)
+        got = op(f"avg_pool{n}_backward")(g, c["x"], *c["args"], device=device)
+        return [(got, want(f"avg_pool{n}_backward")(g, c["x"], *c["args"]), False)]
 
     def adaptive(c: Case) -> Results:
-        got = pool3d.adaptive_avg_pool3d(c["x"], *c["args"], device=device)
-        return [(got, ref.adaptive_avg_pool3d(c["x"], *c["args"]), False)]
+        got = op(f"adaptive_avg_pool{n}")(c["x"], *c["args"], device=device)
+        return [(got, want(f"adaptive_avg_pool{n}")(c["x"], *c["args"]), False)]
 
     def adaptive_backward(c: Case) -> Results:
-        g = _grad(c, ref.adaptive_avg_pool3d(c["x"], *c["args"]).shape, dt)
-        got = pool3d.adaptive_avg_pool3d_backward(g, c["x"], device=device)
-        return [(got, ref.adaptive_avg_pool3d_backward(g, c["x"]), False)]
+        g = _grad(c, want(f"adaptive_avg_pool{n}")(c["x"], *c["args"]).shape, dt)
+        got = op(f"adaptive_avg_pool{n}_backward")(g, c["x"], device=device)
+        return [(got, want(f"adaptive_avg_pool{n}_backward")(g, c["x"]), False)]
 
     return [
         _run(label, dt, cases[family], exact, one)
         for label, family, exact, one in (
-            ("max_pool3d", "max", True, max_values),
-            ("max_pool3d_with_indices", "max", True, max_indices),
-            ("max_pool3d_with_indices_backward", "max", False, max_backward),
-            ("avg_pool3d", "avg", False, avg),
-            ("avg_pool3d_backward", "avg", False, avg_backward),
-            ("adaptive_avg_pool3d", "adaptive", False, adaptive),
-            ("adaptive_avg_pool3d_backward", "adaptive", False, adaptive_backward),
+            (f"max_pool{n}", "max", True, max_values),
+            (f"max_pool{n}_with_indices", "max", True, max_indices),
+            (f"max_pool{n}_with_indices_backward", "max", False, max_backward),
+            (f"avg_pool{n}", "avg", False, avg),
+            (f"avg_pool{n}_backward", "avg", False, avg_backward),
+            (f"adaptive_avg_pool{n}", "adaptive", False, adaptive),
+            (f"adaptive_avg_pool{n}_backward", "adaptive", False, adaptive_backward),
         )
     ]
 

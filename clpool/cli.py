@@ -82,16 +82,20 @@ def devices(as_json: bool, no_verify: bool) -> None:
         click.echo("no device is verified: clpool has no default device")
 
 
+# The --device option of the commands that run on one device.
+DEVICE_OPTION = click.option(
+    "--device",
+    "device_spec",
+    help="Device index or name (default: CLPOOL_DEVICE, else the first GPU, else the first CPU).",
+)
+
+
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
 @main.command()
-@click.option(
-    "--device",
-    "device_spec",
-    help="Device index or name (default: CLPOOL_DEVICE, else the first GPU, else the first CPU).",
-)
+@DEVICE_OPTION
 @click.option(
     "--dtype", default="float32", show_default=True, help="float32, float16, bfloat16 or float64."
 )
@@ -125,11 +129,7 @@ def check(device_spec: str | None, dtype: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.option(
-    "--device",
-    "device_spec",
-    help="Device index or name (default: CLPOOL_DEVICE, else the first GPU, else the first CPU).",
-)
+@DEVICE_OPTION
 @click.option("--op", "op_names", multiple=True, help="Only this op (repeatable).")
 @click.option(
     "--shape",

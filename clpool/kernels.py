@@ -5,6 +5,9 @@ call."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import SupportsInt, TypeAlias
 
@@ -216,9 +219,29 @@ class Launch:
                 # pyopencl's stub takes a Buffer, not the MemoryObjectHolder (a pool's
                 # PooledBuffer) an Array's base_data is
                 self.kernel.set_arg(index, slots[slot])  # type: ignore[arg-type]
-            return cl.enqueue_nd_range_kernel(
+            event = cl.enqueue_nd_range_kernel(
                 queue, self.kernel, self.global_size, self.local_size, wait_for=wait_for
             )
+        events = _RECORDED.get()
+        if events is not None:
+            events.append(event)
+        return event
+
+
+# The events of the launches enqueued inside `recording()` (in this context), else None.
+_RECORDED: ContextVar[list[cl.Event] | None] = ContextVar("recorded", default=None)
+
+
+@contextmanager
+def recording() -> Iterator[list[cl.Event]]:
+    """A list that collects the event of every kernel launch enqueued while the block runs
+    (copies, every step of a plan and of a fallback plan), in order."""
+    events: list[cl.Event] = []
+    token = _RECORDED.set(events)
+    try:
+        yield events
+    finally:
+        _RECORDED.reset(token)
 
 
 def bind(

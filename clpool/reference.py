@@ -47,6 +47,22 @@ def _restore(planes: np.ndarray, like_shape: tuple[int, ...]) -> np.ndarray:
     return planes.reshape(tuple(like_shape[:-2]) + planes.shape[-2:])
 
 
+def _add_at_indices(
+    grad_output: npt.ArrayLike, indices: npt.ArrayLike, shape: tuple[int, ...], rank: int
+) -> np.ndarray:
+    """Zeros of `shape` with each grad_output element added, in row-major order, to the
+    element its flat index names in its plane of the last `rank` axes; an index that names
+    no element of the plane is ignored."""
+    volume = math.prod(shape[-rank:])
+    g = _flat(grad_output, rank, np.float64)
+    ind = _flat(indices, rank, np.int64)
+    grad = np.zeros((g.shape[0], volume))
+    ok = (ind >= 0) & (ind < volume)
+    plane = np.broadcast_to(np.arange(g.shape[0])[:, None], g.shape)
+    np.add.at(grad, (plane[ok], ind[ok]), g[ok])
+    return grad.reshape(shape)
+
+
 def pooled_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
     """floor or ceil((size + 2p - d(k-1) - 1) / s) + 1; in ceil mode a last window that
     would start inside the right padding is dropped."""
@@ -133,14 +149,7 @@ def max_pool2d_with_indices_backward(
     *_, oh, ow = _window_args(shape, kernel_size, stride, padding, dilation, ceil_mode)
     assert np.shape(grad_output) == tuple(shape[:-2]) + (oh, ow), "grad_output shape"
     assert np.shape(indices) == np.shape(grad_output), "indices shape"
-    h, w = shape[-2:]
-    g = _planes(grad_output).reshape(-1, oh * ow)
-    ind = np.asarray(indices).astype(np.int64).reshape(g.shape)
-    grad = np.zeros((g.shape[0], h * w))
-    ok = (ind >= 0) & (ind < h * w)
-    plane = np.broadcast_to(np.arange(g.shape[0])[:, None], g.shape)
-    np.add.at(grad, (plane[ok], ind[ok]), g[ok])
-    return grad.reshape(shape)
+    return _add_at_indices(grad_output, indices, shape, 2)
 
 
 # ---------------------------------------------------------------- average pooling
@@ -387,18 +396,7 @@ def adaptive_max_pool_backward(
     """Adds each grad_output element to the input element its index names, cell by cell
     in row-major output order (ATen's CPU loop); an index that names no element of the
     volume is ignored. The output size is grad_output's."""
-    shape = np.shape(x)
-    volume = math.prod(shape[-rank:])
-    g = np.asarray(grad_output).astype(np.float64)
-    cells = math.prod(g.shape[-rank:])
-    g = g.reshape(math.prod(g.shape[:-rank]), cells)
-    ind = np.asarray(indices).astype(np.int64).reshape(g.shape)
-    grad = np.zeros((g.shape[0], volume))
-    for k in range(cells):
-        ok = (ind[:, k] >= 0) & (ind[:, k] < volume)
-        rows = np.nonzero(ok)[0]
-        grad[rows, ind[rows, k]] += g[rows, k]
-    return grad.reshape(shape)
+    return _add_at_indices(grad_output, indices, np.shape(x), rank)
 
 
 # ---------------------------------------------------------------- 3-D pooling
@@ -493,14 +491,7 @@ def max_pool3d_with_indices_backward(
     shape = np.shape(x)
     *_, out = _window3d_args(shape, kernel_size, stride, padding, dilation, ceil_mode)
     assert np.shape(grad_output) == tuple(shape[:-3]) + out, "grad_output shape"
-    volume = int(np.prod(shape[-3:]))
-    g = _volumes(grad_output).reshape(-1, int(np.prod(out)))
-    ind = np.asarray(indices).astype(np.int64).reshape(g.shape)
-    grad = np.zeros((g.shape[0], volume))
-    ok = (ind >= 0) & (ind < volume)
-    plane = np.broadcast_to(np.arange(g.shape[0])[:, None], g.shape)
-    np.add.at(grad, (plane[ok], ind[ok]), g[ok])
-    return grad.reshape(shape)
+    return _add_at_indices(grad_output, indices, shape, 3)
 
 
 def _avg3d_cells(

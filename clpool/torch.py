@@ -92,13 +92,20 @@ def _tracked(input: torch.Tensor) -> bool:
 # --- autograd functions --------------------------------------------------------------
 
 
-class MaxPool2dFunction(torch.autograd.Function):
-    """max_pool2d with indices; backward runs clpool.max_pool2d_with_indices_backward."""
+def _window_op(rank: int, name: str) -> Any:
+    """clpool's op `name` of rank 2 (clpool.ops) or 3 (clpool.pool3d)."""
+    return getattr(_pool3d if rank == 3 else _ops, name)
+
+
+class MaxPoolFunction(torch.autograd.Function):
+    """max_pool2d/3d (by `rank`) with indices; backward runs clpool's
+    max_pool{rank}d_with_indices_backward."""
 
     @staticmethod
     def forward(
         ctx: FunctionCtx,
         input: torch.Tensor,
+        rank: int,
         kernel_size: Size,
         stride: Size | None,
         padding: Size,
@@ -106,14 +113,14 @@ class MaxPool2dFunction(torch.autograd.Function):
         ceil_mode: bool,
         device: object,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        label = "max_pool2d_with_indices"
-        out, indices = _ops.max_pool2d_with_indices(
-            _host(input, label), kernel_size, stride, padding, dilation, ceil_mode,
-            index_dtype="int64", device=device,
-        )  # fmt: skip
+        label = f"max_pool{rank}d_with_indices"
+        params = (kernel_size, stride, padding, dilation, ceil_mode)
+        out, indices = _window_op(rank, label)(
+            _host(input, label), *params, index_dtype="int64", device=device
+        )
         out_t, indices_t = _tensor(out, input), _tensor(indices, input)
         ctx.save_for_backward(input, indices_t)
-        ctx.params = (kernel_size, stride, padding, dilation, ceil_mode, device)  # type: ignore[attr-defined]
+        ctx.params = (rank, params, device)  # type: ignore[attr-defined]
         ctx.mark_non_differentiable(indices_t)
         return out_t, indices_t
 
@@ -123,29 +130,23 @@ class MaxPool2dFunction(torch.autograd.Function):
         ctx: Any, grad_output: torch.Tensor, _grad_indices: Any
     ) -> tuple[torch.Tensor | None, ...]:
         input, indices = ctx.saved_tensors
-        kernel_size, stride, padding, dilation, ceil_mode, device = ctx.params
-        label = "max_pool2d_with_indices_backward"
-        grad = _ops.max_pool2d_with_indices_backward(
-            _host(grad_output, label),
-            _host(input, label),
-            indices=_host(indices, label),
-            kernel_size=kernel_size,
-            stride=stride,
-            padding=padding,
-            dilation=dilation,
-            ceil_mode=ceil_mode,
+        rank, params, device = ctx.params
+        label = f"max_pool{rank}d_with_indices_backward"
+        grad = _window_op(rank, label)(
+            _host(grad_output, label), _host(input, label), *params, _host(indices, label),
             device=device,
-        )
-        return _tensor(grad, input), None, None, None, None, None, None
+        )  # fmt: skip
+        return _tensor(grad, input), None, None, None, None, None, None, None
 
 
-class AvgPool2dFunction(torch.autograd.Function):
-    """avg_pool2d; backward runs clpool.avg_pool2d_backward."""
+class AvgPoolFunction(torch.autograd.Function):
+    """avg_pool2d/3d (by `rank`); backward runs clpool's avg_pool{rank}d_backward."""
 
     @staticmethod
     def forward(
         ctx: FunctionCtx,
         input: torch.Tensor,
+        rank: int,
         kernel_size: Size,
         stride: Size | None,
         padding: Size,
@@ -154,61 +155,63 @@ class AvgPool2dFunction(torch.autograd.Function):
         divisor_override: int | None,
         device: object,
     ) -> torch.Tensor:
-        out = _ops.avg_pool2d(
-            _host(input, "avg_pool2d"), kernel_size, stride, padding, ceil_mode,
-            count_include_pad, divisor_override, device=device,
-        )  # fmt: skip
+        label = f"avg_pool{rank}d"
+        params = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+        out = _window_op(rank, label)(_host(input, label), *params, device=device)
         ctx.save_for_backward(input)
-        ctx.params = (  # type: ignore[attr-defined]
-            kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, device
-        )  # fmt: skip
+        ctx.params = (rank, params, device)  # type: ignore[attr-defined]
         return _tensor(out, input)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (input,) = ctx.saved_tensors
-        kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, device = (
-            ctx.params
+        rank, params, device = ctx.params
+        label = f"avg_pool{rank}d_backward"
+        grad = _window_op(rank, label)(
+            _host(grad_output, label), _host(input, label), *params, device=device
         )
-        label = "avg_pool2d_backward"
-        grad = _ops.avg_pool2d_backward(
-            _host(grad_output, label),
-            _host(input, label),
-            kernel_size=kernel_size,
-            stride=stride,
-            padding=padding,
-            ceil_mode=ceil_mode,
-            count_include_pad=count_include_pad,
-            divisor_override=divisor_override,
-            device=device,
-        )
-        return _tensor(grad, input), None, None, None, None, None, None, None
+        return _tensor(grad, input), None, None, None, None, None, None, None, None
 
 
-class AdaptiveAvgPool2dFunction(torch.autograd.Function):
-    """adaptive_avg_pool2d; backward runs clpool.adaptive_avg_pool2d_backward."""
+class AdaptiveAvgPoolFunction(torch.autograd.Function):
+    """adaptive_avg_pool2d/3d (by `rank`); backward runs clpool's
+    adaptive_avg_pool{rank}d_backward."""
 
     @staticmethod
     def forward(
-        ctx: FunctionCtx, input: torch.Tensor, output_size: OptionalSize, device: object
+        ctx: FunctionCtx, input: torch.Tensor, rank: int, output_size: OptionalSize, device: object
     ) -> torch.Tensor:
-        out = _ops.adaptive_avg_pool2d(
-            _host(input, "adaptive_avg_pool2d"), output_size, device=device
-        )
+        label = f"adaptive_avg_pool{rank}d"
+        out = _window_op(rank, label)(_host(input, label), output_size, device=device)
         ctx.save_for_backward(input)
-        ctx.device = device  # type: ignore[attr-defined]
+        ctx.params = (rank, device)  # type: ignore[attr-defined]
         return _tensor(out, input)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (input,) = ctx.saved_tensors
-        label = "adaptive_avg_pool2d_backward"
-        grad = _ops.adaptive_avg_pool2d_backward(
-            _host(grad_output, label), _host(input, label), device=ctx.device
+        rank, device = ctx.params
+        label = f"adaptive_avg_pool{rank}d_backward"
+        grad = _window_op(rank, label)(
+            _host(grad_output, label), _host(input, label), device=device
         )
-        return _tensor(grad, input), None, None
+        return _tensor(grad, input), None, None, None
+
+
+def _max_pool(
+    rank: int, input: torch.Tensor, kernel_size: Size, stride: Size | None, padding: Size,
+    dilation: Size, ceil_mode: bool, return_indices: bool, device: object,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """max_pool{rank}d: without indices and autograd, the forward kernel alone."""
+    params = (kernel_size, stride, padding, dilation, ceil_mode)
+    if not return_indices and not _tracked(input):
+        label = f"max_pool{rank}d"
+        out = _window_op(rank, label)(_host(input, label), *params, device=device)
+        return _tensor(cast(Tensor, out), input)  # no return_indices: one array
+    out, indices = _apply_pair(MaxPoolFunction, input, rank, *params, device)
+    return (out, indices) if return_indices else out
 
 
 # --- functions with torch.nn.functional's names and signatures -----------------------
@@ -227,16 +230,9 @@ def max_pool2d(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """2-D max pooling, as torch.nn.functional.max_pool2d; with return_indices, also the
     int64 flat index of each maximum in its input plane."""
-    if not return_indices and not _tracked(input):
-        out = _ops.max_pool2d(
-            _host(input, "max_pool2d"), kernel_size, stride, padding, dilation, ceil_mode,
-            device=device,
-        )  # fmt: skip
-        return _tensor(cast(Tensor, out), input)  # no return_indices: one array
-    out, indices = _apply_pair(
-        MaxPool2dFunction, input, kernel_size, stride, padding, dilation, ceil_mode, device
+    return _max_pool(
+        2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, device
     )
-    return (out, indices) if return_indices else out
 
 
 def avg_pool2d(
@@ -252,7 +248,7 @@ def avg_pool2d(
 ) -> torch.Tensor:
     """2-D average pooling, as torch.nn.functional.avg_pool2d."""
     return _apply(
-        AvgPool2dFunction, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+        AvgPoolFunction, input, 2, kernel_size, stride, padding, ceil_mode, count_include_pad,
         divisor_override, device,
     )  # fmt: skip
 
@@ -261,7 +257,7 @@ def adaptive_avg_pool2d(
     input: torch.Tensor, output_size: OptionalSize, *, device: object = None
 ) -> torch.Tensor:
     """2-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool2d."""
-    return _apply(AdaptiveAvgPool2dFunction, input, output_size, device)
+    return _apply(AdaptiveAvgPoolFunction, input, 2, output_size, device)
 
 
 # --- modules mirroring torch.nn ------------------------------------------------------
@@ -271,6 +267,7 @@ class MaxPool2d(torch.nn.Module):
     """torch.nn.MaxPool2d on clpool: same arguments, attributes and repr."""
 
     __constants__ = ["kernel_size", "stride", "padding", "dilation", "return_indices", "ceil_mode"]
+    rank = 2
 
     def __init__(
         self,
@@ -296,9 +293,9 @@ class MaxPool2d(torch.nn.Module):
         )
 
     def forward(self, input: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        return max_pool2d(
-            input, self.kernel_size, self.stride, self.padding, self.dilation,
-            ceil_mode=self.ceil_mode, return_indices=self.return_indices,
+        return _max_pool(
+            self.rank, input, self.kernel_size, self.stride, self.padding, self.dilation,
+            self.ceil_mode, self.return_indices, None,
         )  # fmt: skip
 
 
@@ -308,6 +305,7 @@ class AvgPool2d(torch.nn.Module):
     __constants__ = [
         "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"
     ]  # fmt: skip
+    rank = 2
 
     def __init__(
         self,
@@ -330,9 +328,9 @@ class AvgPool2d(torch.nn.Module):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return avg_pool2d(
-            input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-            self.count_include_pad, self.divisor_override,
+        return _apply(
+            AvgPoolFunction, input, self.rank, self.kernel_size, self.stride, self.padding,
+            self.ceil_mode, self.count_include_pad, self.divisor_override, None,
         )  # fmt: skip
 
 
@@ -340,6 +338,7 @@ class AdaptiveAvgPool2d(torch.nn.Module):
     """torch.nn.AdaptiveAvgPool2d on clpool: same argument, attribute and repr."""
 
     __constants__ = ["output_size"]
+    rank = 2
 
     def __init__(self, output_size: OptionalSize) -> None:
         super().__init__()
@@ -349,7 +348,7 @@ class AdaptiveAvgPool2d(torch.nn.Module):
         return f"output_size={self.output_size}"
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return adaptive_avg_pool2d(input, self.output_size)
+        return _apply(AdaptiveAvgPoolFunction, input, self.rank, self.output_size, None)
 
 
 # --- max unpooling: functions and modules ---------------------------------------------
@@ -588,105 +587,7 @@ class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
     rank = 3
 
 
-# --- 3-D: autograd functions, functions and modules ------------------------------------
-
-
-class MaxPool3dFunction(torch.autograd.Function):
-    """max_pool3d with indices; backward runs clpool.max_pool3d_with_indices_backward."""
-
-    @staticmethod
-    def forward(
-        ctx: FunctionCtx,
-        input: torch.Tensor,
-        kernel_size: Size,
-        stride: Size | None,
-        padding: Size,
-        dilation: Size,
-        ceil_mode: bool,
-        device: object,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        label = "max_pool3d_with_indices"
-        out, indices = _pool3d.max_pool3d_with_indices(
-            _host(input, label), kernel_size, stride, padding, dilation, ceil_mode,
-            index_dtype="int64", device=device,
-        )  # fmt: skip
-        out_t, indices_t = _tensor(out, input), _tensor(indices, input)
-        ctx.save_for_backward(input, indices_t)
-        ctx.params = (kernel_size, stride, padding, dilation, ceil_mode, device)  # type: ignore[attr-defined]
-        ctx.mark_non_differentiable(indices_t)
-        return out_t, indices_t
-
-    @staticmethod
-    @once_differentiable
-    def backward(
-        ctx: Any, grad_output: torch.Tensor, _grad_indices: Any
-    ) -> tuple[torch.Tensor | None, ...]:
-        input, indices = ctx.saved_tensors
-        kernel_size, stride, padding, dilation, ceil_mode, device = ctx.params
-        label = "max_pool3d_with_indices_backward"
-        grad = _pool3d.max_pool3d_with_indices_backward(
-            _host(grad_output, label), _host(input, label), kernel_size, stride, padding,
-            dilation, ceil_mode, _host(indices, label), device=device,
-        )  # fmt: skip
-        return _tensor(grad, input), None, None, None, None, None, None
-
-
-class AvgPool3dFunction(torch.autograd.Function):
-    """avg_pool3d; backward runs clpool.avg_pool3d_backward."""
-
-    @staticmethod
-    def forward(
-        ctx: FunctionCtx,
-        input: torch.Tensor,
-        kernel_size: Size,
-        stride: Size | None,
-        padding: Size,
-        ceil_mode: bool,
-        count_include_pad: bool,
-        divisor_override: int | None,
-        device: object,
-    ) -> torch.Tensor:
-        params = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
-        out = _pool3d.avg_pool3d(_host(input, "avg_pool3d"), *params, device=device)
-        ctx.save_for_backward(input)
-        ctx.params = (*params, device)  # type: ignore[attr-defined]
-        return _tensor(out, input)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        (input,) = ctx.saved_tensors
-        *params, device = ctx.params
-        label = "avg_pool3d_backward"
-        grad = _pool3d.avg_pool3d_backward(
-            _host(grad_output, label), _host(input, label), *params, device=device
-        )
-        return _tensor(grad, input), None, None, None, None, None, None, None
-
-
-class AdaptiveAvgPool3dFunction(torch.autograd.Function):
-    """adaptive_avg_pool3d; backward runs clpool.adaptive_avg_pool3d_backward."""
-
-    @staticmethod
-    def forward(
-        ctx: FunctionCtx, input: torch.Tensor, output_size: OptionalSize, device: object
-    ) -> torch.Tensor:
-        out = _pool3d.adaptive_avg_pool3d(
-            _host(input, "adaptive_avg_pool3d"), output_size, device=device
-        )
-        ctx.save_for_backward(input)
-        ctx.device = device  # type: ignore[attr-defined]
-        return _tensor(out, input)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        (input,) = ctx.saved_tensors
-        label = "adaptive_avg_pool3d_backward"
-        grad = _pool3d.adaptive_avg_pool3d_backward(
-            _host(grad_output, label), _host(input, label), device=ctx.device
-        )
-        return _tensor(grad, input), None, None
+# --- 3-D: functions and modules (the rank-parameterised autograd functions above) ------
 
 
 def max_pool3d(
@@ -702,16 +603,9 @@ def max_pool3d(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """3-D max pooling, as torch.nn.functional.max_pool3d; with return_indices, also the
     int64 flat index of each maximum in its input volume."""
-    if not return_indices and not _tracked(input):
-        out = _pool3d.max_pool3d(
-            _host(input, "max_pool3d"), kernel_size, stride, padding, dilation, ceil_mode,
-            device=device,
-        )  # fmt: skip
-        return _tensor(cast(Tensor, out), input)  # no return_indices: one array
-    out, indices = _apply_pair(
-        MaxPool3dFunction, input, kernel_size, stride, padding, dilation, ceil_mode, device
+    return _max_pool(
+        3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, device
     )
-    return (out, indices) if return_indices else out
 
 
 def avg_pool3d(
@@ -727,7 +621,7 @@ def avg_pool3d(
 ) -> torch.Tensor:
     """3-D average pooling, as torch.nn.functional.avg_pool3d."""
     return _apply(
-        AvgPool3dFunction, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+        AvgPoolFunction, input, 3, kernel_size, stride, padding, ceil_mode, count_include_pad,
         divisor_override, device,
     )  # fmt: skip
 
@@ -736,34 +630,25 @@ def adaptive_avg_pool3d(
     input: torch.Tensor, output_size: OptionalSize, *, device: object = None
 ) -> torch.Tensor:
     """3-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool3d."""
-    return _apply(AdaptiveAvgPool3dFunction, input, output_size, device)
+    return _apply(AdaptiveAvgPoolFunction, input, 3, output_size, device)
 
 
 class MaxPool3d(MaxPool2d):
     """torch.nn.MaxPool3d on clpool: same arguments, attributes and repr."""
 
-    def forward(self, input: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        return max_pool3d(
-            input, self.kernel_size, self.stride, self.padding, self.dilation,
-            ceil_mode=self.ceil_mode, return_indices=self.return_indices,
-        )  # fmt: skip
+    rank = 3
 
 
 class AvgPool3d(AvgPool2d):
     """torch.nn.AvgPool3d on clpool: same arguments, attributes and repr."""
 
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return avg_pool3d(
-            input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-            self.count_include_pad, self.divisor_override,
-        )  # fmt: skip
+    rank = 3
 
 
 class AdaptiveAvgPool3d(AdaptiveAvgPool2d):
     """torch.nn.AdaptiveAvgPool3d on clpool: same argument, attribute and repr."""
 
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return adaptive_avg_pool3d(input, self.output_size)
+    rank = 3
 
 
 # --- 1-D: the 2-D functions on (N, C, 1, L), as clpool.pool1d runs the 2-D kernels ------

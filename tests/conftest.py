@@ -1,16 +1,17 @@
 """Shared fixtures: the device the suite runs on, the PoCL device for probe tests, the two
-kernel build variants the random sweeps run, and records of what clpool launches and
-builds."""
+kernel build variants the random sweeps run, a queue of the test's own, and records of what
+clpool launches, builds and plans."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import numpy as np
 import pyopencl as cl
 import pytest
 
-from clpool import discovery, launch, policy, programs, verify
+from clpool import discovery, launch, plans, policy, programs, verify
 from clpool.errors import Problem
 
 
@@ -84,6 +85,29 @@ def variant(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("CLPOOL_ROWS", "1" if specialised else "3")
     monkeypatch.setenv("CLPOOL_COLS", "2" if specialised else "3")
     return 0 if specialised else 50
+
+
+@pytest.fixture
+def queue(device: cl.Device) -> Iterator[cl.CommandQueue]:
+    """A context and queue of the test's own, not clpool's. The context is held here: Intel's
+    CPU runtime invalidates a queue whose context object was released."""
+    context = cl.Context([device])
+    yield cl.CommandQueue(context)
+    del context
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The label of every plan made during the test."""
+    record: list[str] = []
+    keep = plans.keep
+
+    def spy(key, plan):
+        record.append(key[0])
+        return keep(key, plan)
+
+    monkeypatch.setattr(plans, "keep", spy)
+    return record
 
 
 @pytest.fixture

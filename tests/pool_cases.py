@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -158,3 +160,22 @@ def check_argument_error(call, label: str, device: cl.Device) -> None:
         call()
     assert isinstance(info.value, ValueError)
     check_error(info, label, device, "float32")
+
+
+def in_threads(work: Callable[[int], object], n: int = 8, timeout: float = 300) -> None:
+    """Run work(0) .. work(n - 1) in n threads at once; fails with the first exception one
+    of them raised."""
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            work(i)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not errors, errors[0]

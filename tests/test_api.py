@@ -309,21 +309,6 @@ def test_import_clpool_does_not_import_torch():
 # ---------------------------------------------------------------- queue= and out=
 
 
-@pytest.fixture
-def queue(device) -> cl.CommandQueue:
-    return cl.CommandQueue(cl.Context([device]))
-
-
-@pytest.fixture
-def made(monkeypatch) -> list[str]:
-    record: list[str] = []
-    keep = plans.keep
-    monkeypatch.setattr(
-        plans, "keep", lambda key, plan: (record.append(key[0]), keep(key, plan))[1]
-    )
-    return record
-
-
 def _kernel_event(a: cla.Array) -> bool:
     return any(e.command_type == cl.command_type.NDRANGE_KERNEL for e in a.events)
 

@@ -4,13 +4,15 @@ are not tests: no timing, and no relation between times, is asserted."""
 from __future__ import annotations
 
 import json
+import types
 
 import numpy as np
+import pyopencl.array as cla
 import pytest
 from click.testing import CliRunner
 
 import clpool
-from clpool import bench, discovery
+from clpool import bench, discovery, kernels
 from clpool.cli import main
 
 ROW_KEYS = {"op", "shape", "params", "wall_us", "kernel_us", "calls", "bytes"}
@@ -233,3 +235,43 @@ def test_bench_layout_option_times_channels_last_inputs(device, launched):
     ran = {name for name, _ in launched}
     assert {"max_pool2d_backward_strided", "adaptive_avg_pool2d_forward_strided"} <= ran
     assert "clpool_contiguous" not in ran
+
+
+def _two_kernels(device):
+    """A call that launches two kernels (max_pool2d's, then avg_pool2d's), planned once."""
+    x = cla.to_device(discovery.runtime(device).queue, np.ones((1, 2, 8, 8), np.float32))
+
+    def call():
+        return clpool.max_pool2d(x, 2), clpool.avg_pool2d(x, 2)
+
+    call()
+    return call
+
+
+def test_recording_holds_every_kernel_a_call_launches(device, launched):
+    call = _two_kernels(device)
+    with kernels.recording() as events:
+        pooled, averaged = call()
+    assert events == [pooled.events[-1], averaged.events[-1]]
+    x = cla.to_device(pooled.queue, np.arange(2 * 16, dtype=np.float32).reshape(1, 2, 4, 4))
+    values, indices = clpool.max_pool2d(x, 2, return_indices=True)
+    launched.clear()
+    with kernels.recording() as events:  # multi-kernel plans too (the flag, a fallback)
+        clpool.max_unpool2d(values, indices, 2, output_size=(4, 4))
+    assert len(events) == len(launched) and events
+    with kernels.recording() as outside:
+        pass
+    assert outside == []
+
+
+def test_kernel_us_sums_the_kernels_of_a_call(device, monkeypatch):
+    """Each call's kernels take 3 us and 5 us: kernel_us is their sum, 8 us, not the last
+    kernel's 5 us."""
+    call = _two_kernels(device)
+    durations = iter([3000, 5000] * 4)
+
+    def enqueue(*args, **kwargs):
+        return types.SimpleNamespace(profile=types.SimpleNamespace(start=0, end=next(durations)))
+
+    monkeypatch.setattr(kernels.cl, "enqueue_nd_range_kernel", enqueue)
+    assert bench.kernel_us(call, discovery.runtime(device).queue, 4) == pytest.approx(8.0)

@@ -351,23 +351,29 @@ def test_torch_tensors_through_the_core_ops():
     assert line.dtype == torch.bfloat16 and ulps(line, F.avg_pool1d(x[0], 3)).max() <= 1
 
 
-def test_clpool_torch_autograd():
+def _check_autograd(name: str, x, args: tuple, rng: np.random.Generator) -> None:
+    """clpool.torch's `name` on bfloat16 `x`, its result and its gradient (of a random
+    bfloat16 grad_output), is torch's float32 one rounded once."""
     import clpool.torch as ct
 
+    mine, theirs = x.clone().requires_grad_(), x.clone().float().requires_grad_()
+    out = getattr(ct, name)(mine, *args)
+    f32 = getattr(F, name)(theirs, *args)
+    assert out.dtype == torch.bfloat16
+    assert_rounded_once(out, f32.detach().numpy(), name)
+    g = tensor(data(rng, tuple(out.shape)))
+    out.backward(g)
+    f32.backward(g.float())
+    assert mine.grad.dtype == torch.bfloat16
+    assert_rounded_once(mine.grad, theirs.grad.numpy(), name)
+
+
+def test_clpool_torch_autograd():
     rng = np.random.default_rng(17)
     x = tensor(data(rng, (2, 3, 9, 20)))
     for name, args in [("max_pool2d", (3, 2, 1)), ("avg_pool2d", (3, 2, 1)),
                        ("adaptive_avg_pool2d", ((4, 5),))]:  # fmt: skip
-        mine, theirs = x.clone().requires_grad_(), x.clone().float().requires_grad_()
-        out = getattr(ct, name)(mine, *args)
-        f32 = getattr(F, name)(theirs, *args)
-        assert out.dtype == torch.bfloat16
-        assert_rounded_once(out, f32.detach().numpy(), name)
-        g = tensor(data(rng, tuple(out.shape)))
-        out.backward(g)
-        f32.backward(g.float())
-        assert mine.grad.dtype == torch.bfloat16
-        assert_rounded_once(mine.grad, theirs.grad.numpy(), name, allowed=0.02)
+        _check_autograd(name, x, args, rng)
 
 
 def test_without_ml_dtypes_bfloat16_is_refused_and_clpool_works():
@@ -766,17 +772,7 @@ def test_clpool_torch_autograd_new_families():
     for name, args in [("max_pool3d", (3, 2, 1)), ("avg_pool3d", (3, 2, 1)),
                        ("adaptive_avg_pool3d", ((2, 4, 3),)),
                        ("adaptive_max_pool2d", ((4, 5),))]:  # fmt: skip
-        a = x[0] if name == "adaptive_max_pool2d" else x
-        mine, theirs = a.clone().requires_grad_(), a.clone().float().requires_grad_()
-        out = getattr(ct, name)(mine, *args)
-        f32 = getattr(F, name)(theirs, *args)
-        assert out.dtype == torch.bfloat16
-        assert_rounded_once(out, f32.detach().numpy(), name)
-        g = tensor(data(rng, tuple(out.shape)))
-        out.backward(g)
-        f32.backward(g.float())
-        assert mine.grad.dtype == torch.bfloat16
-        assert_rounded_once(mine.grad, theirs.grad.numpy(), name)
+        _check_autograd(name, x[0] if name == "adaptive_max_pool2d" else x, args, rng)
     pooled, idx = F.max_pool2d(x[0], 2, return_indices=True)
     pooled = pooled.detach()
     mine, theirs = pooled.clone().requires_grad_(), pooled.float().requires_grad_()

@@ -6,7 +6,6 @@ import os
 from dataclasses import replace
 
 import numpy as np
-import pyopencl as cl
 import pyopencl.array as cla
 import pytest
 from pool_cases import (
@@ -363,15 +362,6 @@ def test_noncontiguous_numpy_input():
         assert same_bits(out, want) and same_bits(idx, want_i)
         assert same_bits(clpool.avg_pool2d(v, 3, 2, 1), want_avg)
         assert same_bits(clpool.adaptive_avg_pool2d(v, (3, 4)), want_ad)
-
-
-@pytest.fixture
-def queue(device):
-    """A context and queue of the test's own, not clpool's. The context is held here: Intel's
-    CPU runtime invalidates a queue whose context object was released."""
-    context = cl.Context([device])
-    yield cl.CommandQueue(context)
-    del context
 
 
 def test_device_array_in_device_array_out(queue):

@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import warnings
 from types import SimpleNamespace
 
@@ -18,6 +17,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 from click.testing import CliRunner
+from pool_cases import in_threads
 
 import clpool
 from clpool import capabilities, cli, discovery, errors, plans, policy, programs
@@ -533,21 +533,10 @@ def test_program_cache_keys_on_options_and_context(device, fresh_context):
 
 def test_program_cache_builds_once_under_concurrent_first_use(fresh_context):
     before = programs.builds
-    results, failures = [], []
-
-    def work():
-        try:
-            results.append(programs.kernels(fresh_context, "avg_pool.cl",
-                                            ("-DCLPOOL_DTYPE=32", "-DCLPOOL_INDEX=64")))
-        except Exception as e:  # pragma: no cover - reported below
-            failures.append(e)
-
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not failures
+    results = []
+    options = ("-DCLPOOL_DTYPE=32", "-DCLPOOL_INDEX=64")
+    in_threads(lambda _: results.append(programs.kernels(fresh_context, "avg_pool.cl", options)),
+               timeout=60)  # fmt: skip
     assert len(results) == 8 and all(r is results[0] for r in results)
     assert programs.builds == before + 1
 

@@ -15,6 +15,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 import pytest
+from pool_cases import in_threads
 
 import clpool
 from clpool import kernels, launch, plans, policy, programs, shapes
@@ -24,25 +25,6 @@ from clpool.errors import KernelError, PoolArgumentError
 
 def _rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
-
-
-@pytest.fixture
-def queue(device) -> cl.CommandQueue:
-    return cl.CommandQueue(cl.Context([device]))
-
-
-@pytest.fixture
-def made(monkeypatch) -> list[str]:
-    """The label of every plan made during the test."""
-    record: list[str] = []
-    keep = plans.keep
-
-    def spy(key, plan):
-        record.append(key[0])
-        return keep(key, plan)
-
-    monkeypatch.setattr(plans, "keep", spy)
-    return record
 
 
 # ---------------------------------------------------------------- reuse
@@ -171,22 +153,13 @@ def test_threads_calling_one_op_at_once_stay_correct(queue):
     wants = [ref.avg_pool2d(x, 3, 2, 1) for x in inputs]
     devs = [cla.to_device(queue, x) for x in inputs]
     clpool.avg_pool2d(devs[0], 3, 2, 1)
-    errors: list[BaseException] = []
 
     def worker(i: int) -> None:
-        try:
-            for _ in range(100):
-                got = clpool.avg_pool2d(devs[i], 3, 2, 1).get()
-                np.testing.assert_allclose(got, wants[i], rtol=1e-5, atol=1e-6)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        for _ in range(100):
+            got = clpool.avg_pool2d(devs[i], 3, 2, 1).get()
+            np.testing.assert_allclose(got, wants[i], rtol=1e-5, atol=1e-6)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert not errors, errors[0]
+    in_threads(worker)
 
 
 # ---------------------------------------------------------------- signatures

@@ -12,6 +12,7 @@ import pyopencl.array as cla
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from pool_cases import in_threads
 
 import clpool
 from clpool import check, discovery, launch, plans, programs
@@ -170,18 +171,25 @@ def assert_argument_error(excinfo, label: str, device: cl.Device, dtype: np.dtyp
 # ------------------------------------------------------------------ properties
 
 
+def _window_case(draw, family: str) -> tuple:
+    """A drawn case of `family` ("max" or "avg"): dtype, input shape, window arguments by
+    name, input, and the problem window_problem finds in them (None: valid)."""
+    dtype = draw(st.sampled_from(DTYPES))
+    any_ = draw(ANY)
+    shape = draw(shapes(any_))
+    args = draw(windows(family, any_))
+    x = draw(data(shape, dtype))
+    problem = window_problem(shape, args, family)
+    event(f"{family}: {problem or 'valid'}")
+    return dtype, shape, args, x, problem
+
+
 @PROPERTY
 @given(st.data())
 def test_max_pool_matches_reference_or_rejects(device, data_) -> None:
     draw = data_.draw
-    dtype = draw(st.sampled_from(DTYPES))
-    any_ = draw(ANY)
-    shape = draw(shapes(any_))
-    args = draw(windows("max", any_))
-    x = draw(data(shape, dtype))
+    dtype, shape, args, x, problem = _window_case(draw, "max")
     index_dtype = draw(st.sampled_from(["int64", "int32"]))
-    problem = window_problem(shape, args, "max")
-    event(f"max: {problem or 'valid'}")
     pos = (args["kernel_size"], args["stride"], args["padding"], args["dilation"],
            args["ceil_mode"])
     if torch is not None and len(shape) in (3, 4):
@@ -220,13 +228,7 @@ def test_max_pool_matches_reference_or_rejects(device, data_) -> None:
 @given(st.data())
 def test_avg_pool_matches_reference_or_rejects(device, data_) -> None:
     draw = data_.draw
-    dtype = draw(st.sampled_from(DTYPES))
-    any_ = draw(ANY)
-    shape = draw(shapes(any_))
-    args = draw(windows("avg", any_))
-    x = draw(data(shape, dtype))
-    problem = window_problem(shape, args, "avg")
-    event(f"avg: {problem or 'valid'}")
+    dtype, shape, args, x, problem = _window_case(draw, "avg")
     pos = (args["kernel_size"], args["stride"], args["padding"], args["ceil_mode"],
            args["count_include_pad"], args["divisor_override"])
     if torch is not None and len(shape) in (3, 4):
@@ -362,21 +364,12 @@ def test_threads_give_single_thread_results_and_build_once(device, monkeypatch,
         inputs += [x, cla.to_device(queue, x), cla.to_device(queue, x)[:, :, 1:, ::2]]
     barrier = threading.Barrier(8)
     results: dict[int, list] = {}
-    errors: list[BaseException] = []
 
     def worker(i: int) -> None:
-        try:
-            barrier.wait()  # all threads start cold, at once: the builds race
-            results[i] = [[all_ops(x) for x in inputs] for _ in range(3)]
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        barrier.wait()  # all threads start cold, at once: the builds race
+        results[i] = [[all_ops(x) for x in inputs] for _ in range(3)]
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors[0]
+    in_threads(worker, timeout=120)
     assert len(results) == 8
     # each (context, source, options) was built once, although 8 threads asked at once
     built = programs.builds
