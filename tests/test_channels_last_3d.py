@@ -147,9 +147,7 @@ def _views(base: np.ndarray):
     """(name, device view, the same view on the host): strides other than dense NDHWC."""
     on_device = cla.to_device(_queue(), base)
     host_ndhwc = base.transpose(0, 2, 3, 4, 1).copy().transpose(0, 4, 1, 2, 3)
-    ndhwc = cla.to_device(_queue(), host_ndhwc.transpose(0, 2, 3, 4, 1)).transpose(
-        (0, 4, 1, 2, 3)
-    )
+    ndhwc = cla.to_device(_queue(), host_ndhwc.transpose(0, 2, 3, 4, 1)).transpose((0, 4, 1, 2, 3))
     return [
         ("transposed-hw", on_device.transpose((0, 1, 2, 4, 3)), base.transpose(0, 1, 2, 4, 3)),
         ("depth-last", on_device.transpose((0, 1, 3, 4, 2)), base.transpose(0, 1, 3, 4, 2)),
@@ -300,11 +298,11 @@ def test_windows_of_minus_infinity_and_nan_and_int32_indices(channels, index_dty
         _check(got[0], want[0], exact=True)
         _check(got[1].astype(np.int64), want[1], exact=True)
         g = torch.ones(want[0].shape).contiguous(memory_format=CL3)
-        back = clpool.max_pool3d_with_indices_backward(g.numpy(), t.numpy(), *args,
-                                                       indices=got[1])  # fmt: skip
-        ref = aten.max_pool3d_with_indices_backward(g, t, [args[0]] * 3, [args[1]] * 3,
-                                                    [args[2]] * 3, [1] * 3, False, want[1])
-        _check(back, ref, exact=True)  # fmt: skip
+        back = clpool.max_pool3d_with_indices_backward(g.numpy(), t.numpy(), *args, indices=got[1])
+        ref = aten.max_pool3d_with_indices_backward(
+            g, t, [args[0]] * 3, [args[1]] * 3, [args[2]] * 3, [1] * 3, False, want[1]
+        )
+        _check(back, ref, exact=True)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
