@@ -352,3 +352,18 @@ def test_torch_gradcheck_channels_last_3d_in_float64():
     assert torch.autograd.gradcheck(lambda t: ct.max_pool3d(t, 2, 1, 1), (x,))
     assert torch.autograd.gradcheck(lambda t: ct.avg_pool3d(t, 3, 2, 1, True, False), (x,))
     assert torch.autograd.gradcheck(lambda t: ct.adaptive_avg_pool3d(t, (3, 2, 3)), (x,))
+
+
+def test_the_canary_runs_every_3d_strided_kernel(launched):
+    """The canary's channels-last-3d calls: each 3-D _strided kernel, right."""
+    from clpool import canary, check
+
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal(canary.SHAPE_3D).astype(np.float32)
+    calls = canary._channels_last_3d_calls(x, lambda s: rng.standard_normal(s).astype(np.float32))
+    for what, got, want, exact in calls:
+        err = check.error(np.asarray(got), want)
+        assert err == 0 if exact else err <= 1e-5, what
+    ran = {name for name, _ in launched}
+    assert ran == {f"{op}_{way}_strided" for op in ("max_pool3d", "avg_pool3d",
+                   "adaptive_avg_pool3d") for way in ("forward", "backward")}  # fmt: skip
