@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -106,7 +107,7 @@ def _step_strided(
     name: str,
     views: dict[str, int],
     slots: dict[str, str] | None = None,
-    **scalars: object,
+    **scalars: Any,
 ) -> None:
     """Launch 3-D _strided kernel `name` over the elements of the call's first output,
     reading input i through its strides as view `v` for each `v: i` of `views`: the

@@ -687,6 +687,9 @@ def ndhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
         yield (f"ndhwc/adaptive_avg_pool3d/c{c}",
                lambda x=x: clpool.adaptive_avg_pool3d(x, (3, 2, 3)),
                lambda x=x: ref.adaptive_avg_pool3d(x, (3, 2, 3)))
+        yield (f"ndhwc/adaptive_avg_pool3d/global-c{c}",  # results' channels contiguous
+               lambda x=x: clpool.adaptive_avg_pool3d(x, 1),
+               lambda x=x: ref.adaptive_avg_pool3d(x, 1))
         gd = _ndhwc(_data((1, c, 3, 2, 3), dtype, 1230 + c))
         yield (f"ndhwc/adaptive_avg_pool3d_backward/c{c}",
                lambda g=gd, x=x: clpool.adaptive_avg_pool3d_backward(g, x),

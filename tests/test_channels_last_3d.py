@@ -41,6 +41,9 @@ FORWARD = {
                     lambda t: F.avg_pool3d(t, 2, 1, 1, divisor_override=3)),
     "adaptive": (lambda a, **kw: clpool.adaptive_avg_pool3d(a, (3, 5, 4), **kw),
                  lambda t: F.adaptive_avg_pool3d(t, (3, 5, 4))),
+    # a result of one element per channel: channels contiguous there too (4 per work-item)
+    "adaptive-global": (lambda a, **kw: clpool.adaptive_avg_pool3d(a, 1, **kw),
+                        lambda t: F.adaptive_avg_pool3d(t, 1)),
 }  # fmt: skip
 SHAPE = (2, 5, 4, 6, 7)
 
