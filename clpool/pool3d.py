@@ -380,7 +380,11 @@ def _plan_adaptive_forward(
     _volumes(p, dhw, out)
     p.output("out", _unbatched((n, c, *out), x.ndim))
     _specialize(p, n * c * out[0])
-    if n * c * math.prod(out) and p.strided:  # C-contiguous, as ATen's
+    # C-contiguous, as ATen's; its global average is a mean, whose result follows a
+    # channels-last-3d input
+    global_last = out == (1, 1, 1) and shapes.channels_last_3d(x.shape, p.strides[0])
+    _keep_format(p, p.strided and global_last)
+    if n * c * math.prod(out) and p.strided:
         sizes = _shape_sizes(dhw, out)
         _step_strided(p, "adaptive_avg_pool3d_forward_strided", {"x": 0}, **sizes)
     elif n * c * math.prod(out):
