@@ -13,7 +13,7 @@ import pyopencl.array as cla
 
 from . import bfloat16
 from .errors import PoolArgumentError, Problem, UnsupportedDtypeError
-from .shapes import c_contiguous, channels_last
+from .shapes import c_contiguous, channels_last, channels_last_3d
 
 if TYPE_CHECKING:
     import torch
@@ -36,7 +36,7 @@ def _from_tensor(t: torch.Tensor) -> np.ndarray:
             "(move it with .cpu(), or pass a pyopencl Array)",
         )
     t = t.detach()
-    if not tensor_channels_last(t):
+    if not (tensor_channels_last(t) or channels_last_3d(tuple(t.shape), tuple(t.stride()))):
         t = t.contiguous()
     if str(t.dtype) == "torch.bfloat16":  # numpy has none
         return bfloat16_numpy(t)

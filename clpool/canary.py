@@ -2,7 +2,7 @@
 clpool launches on the device, in each dtype the device takes, built generic and with
 small windows as constants, on inputs wide enough for the CPU kernels' 16-lane rows, each
 result checked against the float64 reference; the _strided kernels on channels-last
-copies. Exits 0 when all pass; a driver that
+(and channels-last-3d) copies. Exits 0 when all pass; a driver that
 crashes kills only this process. Announces each stage on stdout ("stage: ...") so that
 the parent can say where it died.
 
@@ -218,6 +218,21 @@ def _channels_last_calls(
         yield f"{what} channels-last", got, want, exact
 
 
+def _ndhwc(a: np.ndarray) -> np.ndarray:
+    """`a` laid out channels-last-3d (NDHWC memory): the 3-D ops run their _strided
+    kernels."""
+    ncdhw: np.ndarray = np.ascontiguousarray(a.transpose(0, 2, 3, 4, 1)).transpose(0, 4, 1, 2, 3)
+    return ncdhw
+
+
+def _channels_last_3d_calls(x: np.ndarray, g: Gradient) -> Iterator[Call]:
+    """_calls_3d on channels-last-3d copies of `x` (given channels up to four: four per
+    work-item then) and of the gradients."""
+    x = np.concatenate([x, x], axis=1)
+    for what, got, want, exact in _calls_3d(_ndhwc(x), lambda shape: _ndhwc(g(shape))):
+        yield f"{what} channels-last-3d", got, want, exact
+
+
 def _stage(rng: np.random.Generator, dtype: np.dtype, windows: Windows) -> None:
     x = rng.standard_normal(SHAPE).astype(dtype)
     tall = rng.standard_normal(TALL).astype(dtype)
@@ -227,7 +242,10 @@ def _stage(rng: np.random.Generator, dtype: np.dtype, windows: Windows) -> None:
         return rng.standard_normal(shape).astype(dtype)
 
     for what, got, want, exact in chain(
-        _calls(x, g, windows, tall), _channels_last_calls(x, g, windows, tall), _calls_3d(x3, g)
+        _calls(x, g, windows, tall),
+        _channels_last_calls(x, g, windows, tall),
+        _calls_3d(x3, g),
+        _channels_last_3d_calls(x3, g),
     ):
         err = check.error(cast(np.ndarray, got), want)
         if err != 0 and (exact or err > check.TOLERANCE[dtype.name]):

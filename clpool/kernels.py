@@ -175,6 +175,40 @@ _SIGNATURES.update({
         ("grad_out", GLOBAL), ("grad_x", GLOBAL), *_STRIDED_BACKWARD, *_ADAPTIVE_SIZES,
     ),
 })  # fmt: skip
+
+
+def _view3d(name: str, offset: bool = True) -> tuple[tuple[str, str], ...]:
+    """The element offset (an input's) and strides of a 3-D _strided kernel's 5-D view."""
+    axes = ("sn", "sc", "sd", "sh", "sw")
+    return tuple((f"{name}_{axis}", LONG) for axis in ("offset",) * offset + axes)
+
+
+# The 3-D _strided kernels (kernels_cl/pool3d.cl).
+_STRIDED3D_FORWARD = (*_view3d("x"), *_view3d("out", offset=False), *_ints("C", "channels_inner"))
+_STRIDED3D_BACKWARD = (
+    *_view3d("grad_out"), *_view3d("grad_x", offset=False), *_ints("C", "channels_inner"),
+)  # fmt: skip
+_SIGNATURES.update({
+    "max_pool3d_forward_strided": (
+        ("x", GLOBAL), ("out", GLOBAL), ("indices", GLOBAL), *_STRIDED3D_FORWARD, *_MAX3D_SIZES,
+    ),
+    "max_pool3d_backward_strided": (
+        ("grad_out", GLOBAL), ("indices", GLOBAL), ("grad_x", GLOBAL), *_STRIDED3D_BACKWARD,
+        *_view3d("indices"), *_MAX3D_SIZES,
+    ),
+    "avg_pool3d_forward_strided": (
+        ("x", GLOBAL), ("out", GLOBAL), *_STRIDED3D_FORWARD, *_AVG3D_SIZES,
+    ),
+    "avg_pool3d_backward_strided": (
+        ("grad_out", GLOBAL), ("grad_x", GLOBAL), *_STRIDED3D_BACKWARD, *_AVG3D_SIZES,
+    ),
+    "adaptive_avg_pool3d_forward_strided": (
+        ("x", GLOBAL), ("out", GLOBAL), *_STRIDED3D_FORWARD, *_ADAPTIVE3D_SIZES,
+    ),
+    "adaptive_avg_pool3d_backward_strided": (
+        ("grad_out", GLOBAL), ("grad_x", GLOBAL), *_STRIDED3D_BACKWARD, *_ADAPTIVE3D_SIZES,
+    ),
+})  # fmt: skip
 SIGNATURES = _SIGNATURES
 
 _LIMITS: dict[str, tuple[type[np.int32] | type[np.int64], int]] = {

@@ -92,10 +92,12 @@ def _upload(
     try:
         a = plans.host_array(value)
         if as_is and plans.uploads_nhwc(a):
-            nhwc = np.ascontiguousarray(a.transpose(0, 2, 3, 1))
+            order = (0, *range(2, a.ndim), 1)  # the channels innermost (NHWC, NDHWC)
+            nhwc = np.ascontiguousarray(a.transpose(order))
             dense = cla.to_device(queue, nhwc, allocator=pool)
             # pyopencl's Array.transpose has no annotations
-            return cast(cla.Array, dense.transpose((0, 3, 1, 2)))  # type: ignore[no-untyped-call]
+            back = tuple(int(i) for i in np.argsort(order))
+            return cast(cla.Array, dense.transpose(back))  # type: ignore[no-untyped-call]
         a = np.ascontiguousarray(a)
     except MemoryError:
         nbytes = np.asarray(value).nbytes
@@ -106,14 +108,16 @@ def _upload(
 
 
 def _get(a: cla.Array) -> np.ndarray:
-    """Output `a` on the host, with its strides (a channels-last one as its own bytes)."""
+    """Output `a` on the host, with its strides (a channels-last one, or any dense
+    permutation of its axes, as its own bytes)."""
     if a.flags.c_contiguous:
         host: np.ndarray = a.get()
         return host
+    order = sorted(range(a.ndim), key=lambda axis: -a.strides[axis])  # outermost first
     # pyopencl's Array.transpose has no annotations
-    nhwc: np.ndarray = a.transpose((0, 2, 3, 1)).get()  # type: ignore[no-untyped-call]
-    nchw: np.ndarray = nhwc.transpose(0, 3, 1, 2)
-    return nchw
+    dense: np.ndarray = a.transpose(order).get()  # type: ignore[no-untyped-call]
+    back: np.ndarray = dense.transpose(np.argsort(order))
+    return back
 
 
 def run(

@@ -19,7 +19,7 @@ from .capabilities import has_fp16, has_fp64
 from .discovery import Runtime, choose, require, runtime
 from .errors import PoolArgumentError, Problem, UnsupportedDtypeError, Where
 from .lru import LRU
-from .shapes import Window, c_contiguous, channels_last
+from .shapes import Window, c_contiguous, channels_last, channels_last_3d
 
 SOURCES = {"max": "max_pool.cl", "avg": "avg_pool.cl", "adaptive": "adaptive_pool.cl"}
 SOURCES["unpool"] = "unpool.cl"
@@ -117,10 +117,11 @@ def host_array(value: object) -> np.ndarray:
 
 
 def uploads_nhwc(a: np.ndarray) -> bool:
-    """True when host input `a` goes to the device channels-last (dense NHWC memory: its
-    own bytes where it is so already): where shapes.channels_last says it is laid out so;
-    any other layout goes C-contiguous."""
-    return channels_last(a.shape, tuple(s // a.itemsize for s in a.strides))
+    """True when host input `a` goes to the device channels-last (dense NHWC memory, or
+    NDHWC for a 5-D one: its own bytes where it is so already): where shapes.channels_last
+    or shapes.channels_last_3d says it is laid out so; any other layout goes C-contiguous."""
+    strides = tuple(s // a.itemsize for s in a.strides)
+    return channels_last(a.shape, strides) or channels_last_3d(a.shape, strides)
 
 
 def element_strides(a: np.ndarray | cla.Array) -> tuple[int, ...]:
@@ -131,8 +132,9 @@ def element_strides(a: np.ndarray | cla.Array) -> tuple[int, ...]:
 
 
 def dense_strides(shape: tuple[int, ...], last: bool = False) -> tuple[int, ...]:
-    """The element strides of `shape` laid out C-contiguous, or channels-last (`last`)."""
-    order = (0, 2, 3, 1) if last else tuple(range(len(shape)))
+    """The element strides of `shape` laid out C-contiguous, or channels-last (`last`:
+    the channels, axis 1, innermost)."""
+    order = (0, *range(2, len(shape)), 1) if last else tuple(range(len(shape)))
     strides = [0] * len(shape)
     step = 1
     for axis in reversed(order):

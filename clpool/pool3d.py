@@ -4,13 +4,15 @@ unpadded volume: d * H * W + h * W + w."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyopencl as cl
 
-from . import plans, shapes
+from . import kernels, plans, shapes
 from .errors import PoolArgumentError, Problem, Where, reporting
 from .ops import (
     _backward_planner,
@@ -80,6 +82,62 @@ def _avg_sizes(
             "divisor_override": divisor}  # fmt: skip
 
 
+def _channels_last(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether ATen's max_pool3d gives a channels-last-3d result for an input of `shape`
+    and element `strides`: a 5-D one laid out so (shapes.channels_last_3d); an unbatched
+    one that, seen as (1, C, D, H, W), is dense NDHWC memory and not C-contiguous."""
+    if len(shape) == 5:
+        return shapes.channels_last_3d(shape, strides)
+    inner = (*shape[1:], shape[0]), (*strides[1:], strides[0])  # the channels innermost
+    return not shapes.c_contiguous(shape, strides) and shapes.c_contiguous(*inner)
+
+
+def _keep_format(p: Planner, last: bool) -> None:
+    """Lay the call's outputs out with the channels innermost (channels-last-3d, or its
+    unbatched view) where `last`, else leave them C-contiguous."""
+    for i, spec in enumerate(p.outputs if last else ()):
+        full = (1,) * (5 - len(spec.shape)) + spec.shape
+        strides = plans.dense_strides(full, True)[5 - len(spec.shape) :]
+        nbytes = tuple(s * spec.dtype.itemsize for s in strides)
+        p.outputs[i] = dataclasses.replace(spec, strides=nbytes)
+
+
+def _step_strided(
+    p: Planner,
+    name: str,
+    views: dict[str, int],
+    slots: dict[str, str] | None = None,
+    **scalars: Any,
+) -> None:
+    """Launch 3-D _strided kernel `name` over the elements of the call's first output,
+    reading input i through its strides as view `v` for each `v: i` of `views`: the
+    work-items walk the channels innermost where any view or that output has them
+    contiguous (coalesced), 4 channels each where all do and they divide C."""
+    out = p.outputs[0]
+    pad = (1,) * (5 - len(out.shape))
+    n, c, d, h, w = pad + out.shape
+    out_strides = (0,) * len(pad) + tuple(s // out.dtype.itemsize for s in out.strides)
+    axes = ("sn", "sc", "sd", "sh", "sw")
+    channels = [out_strides[1]]
+    for view, i in views.items():
+        strides = (0,) * (5 - p.arrays[i].ndim) + p.strides[i]
+        scalars.update({f"{view}_{axis}": v for axis, v in zip(axes, strides, strict=True)})
+        channels.append(strides[1])
+    scalars.update({f"{out.slot}_{axis}": v for axis, v in zip(axes, out_strides, strict=True)})
+    inner = c > 1 and 1 in channels
+    lanes = 4 if inner and set(channels) == {1} and c % 4 == 0 else 1
+    geometry = (c // lanes, w, n * d * h) if inner else (w, h, n * c * d)
+    if geometry[2] >= 2**32:  # rows split in 64 bits
+        p.options = tuple(o for o in p.options if o != "-DCLPOOL_ROWS32")
+    sizes, local = plans.ndrange(p.rt.device, *geometry)
+    p.as_is = True
+    kernel = p.kernel(name, own=True)
+    channels_inner = lanes if inner else 0
+    p.steps.append(
+        kernels.bind(kernel, sizes, local, slots, C=c, channels_inner=channels_inner, **scalars)
+    )
+
+
 def _plan_max_forward(
     where: Where, arrays: tuple[object, ...], kernel_size: object, stride: object,
     padding: object, dilation: object, ceil_mode: object, index_dtype: npt.DTypeLike,
@@ -100,7 +158,11 @@ def _plan_max_forward(
         p.options += ("-DCLPOOL_NO_INDICES",)
     od, oh, ow = win.out
     _specialize(p, n * c * od, win)
-    if n * c:
+    _keep_format(p, p.strided and _channels_last(x.shape, p.strides[0]))
+    if n * c and p.strided:
+        slots = None if with_indices else {"indices": "out"}
+        _step_strided(p, "max_pool3d_forward_strided", {"x": 0}, slots, **_max_sizes(win, dhw))
+    elif n * c:
         p.step(
             "max_pool3d_forward",
             (ow, oh, n * c * od),
@@ -175,7 +237,11 @@ def _plan_max_backward(
     p.output("grad_x", x.shape)
     d, h, w = dhw
     _specialize(p, n * c * d, win)
-    if n * c:
+    _keep_format(p, p.strided and shapes.channels_last_3d(x.shape, p.strides[1]))
+    if n * c and p.strided:
+        views = {"grad_out": 0, "indices": 2}
+        _step_strided(p, "max_pool3d_backward_strided", views, **_max_sizes(win, dhw))
+    elif n * c:
         p.step("max_pool3d_backward", (w, h, n * c * d), **_max_sizes(win, dhw))
     return p.plan("grad_out", None, "indices")
 
@@ -230,8 +296,11 @@ def _plan_avg_forward(
     p.output("out", _unbatched((n, c, *win.out), x.ndim))
     od, oh, ow = win.out
     _specialize(p, n * c * od, win)
-    if n * c:
-        p.step("avg_pool3d_forward", (ow, oh, n * c * od), **_avg_sizes(win, dhw, include, div))
+    sizes = _avg_sizes(win, dhw, include, div)
+    if n * c and p.strided:  # the result C-contiguous whatever the input, as ATen's
+        _step_strided(p, "avg_pool3d_forward_strided", {"x": 0}, **sizes)
+    elif n * c:
+        p.step("avg_pool3d_forward", (ow, oh, n * c * od), **sizes)
     return p.plan("x")
 
 
@@ -269,8 +338,11 @@ def _plan_avg_backward(
     p.output("grad_x", x.shape)
     d, h, w = dhw
     _specialize(p, n * c * d, win)
-    if n * c:
-        p.step("avg_pool3d_backward", (w, h, n * c * d), **_avg_sizes(win, dhw, include, div))
+    sizes = _avg_sizes(win, dhw, include, div)
+    if n * c and p.strided:  # C-contiguous, as ATen's
+        _step_strided(p, "avg_pool3d_backward_strided", {"grad_out": 0}, **sizes)
+    elif n * c:
+        p.step("avg_pool3d_backward", (w, h, n * c * d), **sizes)
     return p.plan("grad_out", None)
 
 
@@ -308,7 +380,14 @@ def _plan_adaptive_forward(
     _volumes(p, dhw, out)
     p.output("out", _unbatched((n, c, *out), x.ndim))
     _specialize(p, n * c * out[0])
-    if n * c * math.prod(out):
+    # C-contiguous, as ATen's; its global average is a mean, whose result follows a
+    # channels-last-3d input
+    global_last = out == (1, 1, 1) and shapes.channels_last_3d(x.shape, p.strides[0])
+    _keep_format(p, p.strided and global_last)
+    if n * c * math.prod(out) and p.strided:
+        sizes = _shape_sizes(dhw, out)
+        _step_strided(p, "adaptive_avg_pool3d_forward_strided", {"x": 0}, **sizes)
+    elif n * c * math.prod(out):
         p.step(
             "adaptive_avg_pool3d_forward", (out[2], out[1], n * c * out[0]),
             **_shape_sizes(dhw, out),
@@ -341,7 +420,10 @@ def _plan_adaptive_backward(
     p.output("grad_x", x.shape)
     d, h, w = dhw
     _specialize(p, n * c * d)
-    if n * c:
+    if n * c and p.strided:  # C-contiguous, as ATen's
+        views = {"grad_out": 0}
+        _step_strided(p, "adaptive_avg_pool3d_backward_strided", views, **_shape_sizes(dhw, out))
+    elif n * c:
         p.step("adaptive_avg_pool3d_backward", (w, h, n * c * d), **_shape_sizes(dhw, out))
     return p.plan("grad_out", None)
 

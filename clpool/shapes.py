@@ -300,3 +300,17 @@ def channels_last(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
             return False
         least = strides[d] * (shape[d] if shape[d] > 1 else 1)
     return True
+
+
+def channels_last_3d(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """True when a 5-D array of `shape` and element `strides` is laid out channels-last-3d
+    (PyTorch's is_channels_last_strides_3d, which suggest_memory_format follows) and is not
+    also C-contiguous: channels_last's rule for (N, C, D, H, W)."""
+    if len(shape) != 5 or strides[1] == 0 or c_contiguous(shape, strides):
+        return False
+    least = 0
+    for d in (1, 4, 3, 2, 0):
+        if shape[d] == 0 or strides[d] < least or (d == 0 and least == strides[1]):
+            return False
+        least = strides[d] * (shape[d] if shape[d] > 1 else 1)
+    return True

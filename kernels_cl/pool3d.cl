@@ -258,3 +258,267 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
     }
     STORE(grad_x, volume * D * H * W + ((pos_t)id * H + ih) * W + iw, g);
 }
+
+/* ---- The 3-D _strided kernels: inputs of any 5-D strides and offset, results written
+ * through their own strides (channels-last-3d where PyTorch's are), in the same order of
+ * sums as the kernels above, so the same results bit for bit. Element (n, c, d, h, w) of an
+ * input view v lies at v_offset + n * v_sn + c * v_sc + d * v_sd + h * v_sh + w * v_sw of its
+ * buffer (AT3D), of a result view r at the same without the offset (AT3D_OUT), in elements.
+ * C is the channels. channels_inner 0: dimension 0 walks W, 1 H, 2 the (n, c, d) rows of
+ * the result; else dimension 0 walks C by channels_inner channels per work-item, 1 W and 2
+ * the (n, d, h) rows, so that neighbouring work-items take neighbouring channels of one
+ * voxel (contiguous in channels-last-3d memory: coalesced loads and stores). The host takes
+ * 4 channels per work-item where they are contiguous in every view and C % 4 == 0, else 1
+ * (clpool.h's load_lanes and store_lanes). */
+#define STRIDED3D_FORWARD_SIZES                                                     \
+    long x_offset, long x_sn, long x_sc, long x_sd, long x_sh, long x_sw,           \
+    long out_sn, long out_sc, long out_sd, long out_sh, long out_sw, int C,         \
+    int channels_inner
+#define STRIDED3D_BACKWARD_SIZES                                                    \
+    long grad_out_offset, long grad_out_sn, long grad_out_sc, long grad_out_sd,     \
+    long grad_out_sh, long grad_out_sw, long grad_x_sn, long grad_x_sc,             \
+    long grad_x_sd, long grad_x_sh, long grad_x_sw, int C, int channels_inner
+/* The strides of the indices max_pool3d_backward_strided reads, as an input view. */
+#define INDICES3D_VIEW_SIZES                                                        \
+    long indices_offset, long indices_sn, long indices_sc, long indices_sd,         \
+    long indices_sh, long indices_sw
+#define AT3D_OUT(v, n, c, d, h, w)                                                  \
+    ((n) * v##_sn + (long)(c) * v##_sc + (long)(d) * v##_sd + (long)(h) * v##_sh    \
+     + (long)(w) * v##_sw)
+#define AT3D(v, n, c, d, h, w) (v##_offset + AT3D_OUT(v, n, c, d, h, w))
+/* The offset of (d, h, w) inside a view's (n, c) volume. */
+#define IN_VOLUME(v, d, h, w)                                                       \
+    ((long)(d) * v##_sd + (long)(h) * v##_sh + (long)(w) * v##_sw)
+
+typedef struct {
+    long n;
+    int c, d, h, w;
+} voxel_t;
+
+/* The voxel (n, c, d, h, w) of an (N, C, D, H, W) result that the work-item of global id
+ * (x, y, z) computes (the first of its channels); false past the result. The kernels pass
+ * the ids: PoCL 3.0 left get_global_id() in this function unresolved ("undefined symbol
+ * _group_id_x" at the first launch). */
+inline int strided_voxel(voxel_t *v, int x, int y, long z, int C, int D, int H, int W,
+                         int channels_inner)
+{
+    if (channels_inner) {
+        SPLIT_ROW(z, H, nd, h);
+        SPLIT_ROW(nd, D, n, d);
+        v->n = n;
+        v->c = x * channels_inner;
+        v->d = d;
+        v->h = h;
+        v->w = y;
+    } else {
+        SPLIT_ROW(z, D, nc, d);
+        SPLIT_ROW(nc, C, n, c);
+        v->n = n;
+        v->c = c;
+        v->d = d;
+        v->h = y;
+        v->w = x;
+    }
+    return v->c < C && v->h < H && v->w < W;
+}
+/* Declares voxel v of this work-item and returns from the kernel past the result. */
+#define STRIDED_VOXEL(v, C, D, H, W)                                                \
+    voxel_t v;                                                                      \
+    if (!strided_voxel(&v, get_global_id(0), get_global_id(1), get_global_id(2), C, D, H, \
+                       W, channels_inner))                                          \
+        return
+
+/* The channels per work-item of channels_inner (0 counts as 1). */
+inline int lanes_of(int channels_inner) { return channels_inner == 4 ? 4 : 1; }
+
+/* Fold tap v at `at` into (best, best_i) in one lane: NaN wins (the last NaN keeps its
+ * index), ties keep the first tap; the caller starts best_i at the window's first tap
+ * inside the volume, which sets it (a -inf there is no greater than the -inf before). */
+#define FOLD_LANE(best, best_i, v, at)                                              \
+    if ((v) > (best) || isnan(v)) {                                                 \
+        (best) = (v);                                                               \
+        (best_i) = (at);                                                            \
+    }
+
+/* The flat index (d * H + h) * W + w of the first tap inside the volume of a window
+ * whose taps inside are ti, tj, tk (taps_within), or -1 where it has none. */
+inline pos_t first_tap3d(int2 ti, int2 tj, int2 tk, int ds, int hs, int ws, int dd, int dh,
+                         int dw, int H, int W)
+{
+    if (ti.x >= ti.y || tj.x >= tj.y || tk.x >= tk.y)
+        return -1;
+    return ((pos_t)(ds + ti.x * dd) * H + hs + tj.x * dh) * W + ws + tk.x * dw;
+}
+
+/* max_pool3d_forward for an input of any strides, the results (and indices, of the same
+ * strides) through out's strides: the taps in (d, h, w) window order inside the volume;
+ * indices stay flat in the (D, H, W) volume. */
+__kernel void max_pool3d_forward_strided(__global const elem_t *restrict x,
+                                         __global elem_t *restrict out,
+                                         __global index_t *restrict indices,
+                                         STRIDED3D_FORWARD_SIZES, MAX_POOL3D_SIZES)
+{
+    FIX_WINDOW3D();
+    FIX_DILATION3D();
+    STRIDED_VOXEL(o, C, OD, OH, OW);
+    int lanes = lanes_of(channels_inner);
+    __global const elem_t *xp = x + AT3D(x, o.n, o.c, 0, 0, 0);
+    int ds = o.d * sd - pd, hs = o.h * sh - ph, ws = o.w * sw - pw;
+    int2 ti = taps_within(ds, kd, dd, D), tj = taps_within(hs, kh, dh, H),
+         tk = taps_within(ws, kw, dw, W);
+    pos_t first = first_tap3d(ti, tj, tk, ds, hs, ws, dd, dh, dw, H, W);
+    acc4_t best = -INFINITY;
+    pos_t i0 = first, i1 = first, i2 = first, i3 = first;
+    for (int i = ti.x; i < ti.y; ++i) {
+        int d = ds + i * dd;
+        for (int j = tj.x; j < tj.y; ++j) {
+            int h = hs + j * dh;
+            for (int k = tk.x; k < tk.y; ++k) {
+                int w = ws + k * dw;
+                acc4_t v = load_lanes(xp, IN_VOLUME(x, d, h, w), lanes);
+                pos_t at = ((pos_t)d * H + h) * W + w;
+                FOLD_LANE(best.x, i0, v.x, at)
+                FOLD_LANE(best.y, i1, v.y, at)
+                FOLD_LANE(best.z, i2, v.z, at)
+                FOLD_LANE(best.w, i3, v.w, at)
+            }
+        }
+    }
+    long at = AT3D_OUT(out, o.n, o.c, o.d, o.h, o.w);
+    store_lanes(out, at, best, lanes);
+#ifndef CLPOOL_NO_INDICES
+    indices[at] = (index_t)i0;
+    if (lanes == 4) {
+        indices[at + 1] = (index_t)i1;
+        indices[at + 2] = (index_t)i2;
+        indices[at + 3] = (index_t)i3;
+    }
+#endif
+}
+
+/* max_pool3d_backward for grad_out and indices of any strides, grad_x through its own: an
+ * input element gathers, in ascending output order, grad_out over the windows that can
+ * contain it and whose index names it (an index naming no element of the volume matches
+ * nothing). */
+__kernel void max_pool3d_backward_strided(__global const elem_t *restrict grad_out,
+                                          __global const index_t *restrict indices,
+                                          __global elem_t *restrict grad_x,
+                                          STRIDED3D_BACKWARD_SIZES, INDICES3D_VIEW_SIZES,
+                                          MAX_POOL3D_SIZES)
+{
+    FIX_WINDOW3D();
+    FIX_DILATION3D();
+    STRIDED_VOXEL(e, C, D, H, W);
+    int lanes = lanes_of(channels_inner);
+    __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
+    __global const index_t *ip = indices + AT3D(indices, e.n, e.c, 0, 0, 0);
+    pos_t self = ((pos_t)e.d * H + e.h) * W + e.w;
+    window_range rd = windows_reaching(e.d, 1, D, sd, pd, (kd - 1) * dd + 1, OD),
+                 rh = windows_reaching(e.h, 1, H, sh, ph, (kh - 1) * dh + 1, OH),
+                 rw = windows_reaching(e.w, 1, W, sw, pw, (kw - 1) * dw + 1, OW);
+    acc4_t g = 0;
+    for (int od = rd.first; od < rd.end; ++od)
+        for (int oh = rh.first; oh < rh.end; ++oh)
+            for (int ow = rw.first; ow < rw.end; ++ow) {
+                acc4_t v = load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes);
+                __global const index_t *at = ip + IN_VOLUME(indices, od, oh, ow);
+                g.x += at[0] == self ? v.x : (acc_t)0;
+                if (lanes == 4) {
+                    g.y += at[1] == self ? v.y : (acc_t)0;
+                    g.z += at[2] == self ? v.z : (acc_t)0;
+                    g.w += at[3] == self ? v.w : (acc_t)0;
+                }
+            }
+    store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes);
+}
+
+/* avg_pool3d_forward for an input of any strides, out through its own strides. */
+__kernel void avg_pool3d_forward_strided(__global const elem_t *restrict x,
+                                         __global elem_t *restrict out,
+                                         STRIDED3D_FORWARD_SIZES, AVG_POOL3D_SIZES)
+{
+    FIX_WINDOW3D();
+    STRIDED_VOXEL(o, C, OD, OH, OW);
+    int lanes = lanes_of(channels_inner);
+    __global const elem_t *xp = x + AT3D(x, o.n, o.c, 0, 0, 0);
+    int ds = o.d * sd - pd, hs = o.h * sh - ph, ws = o.w * sw - pw;
+    int d1 = min(ds + kd, D), h1 = min(hs + kh, H), w1 = min(ws + kw, W);
+    acc4_t sum = 0;
+    for (int d = max(ds, 0); d < d1; ++d)
+        for (int h = max(hs, 0); h < h1; ++h)
+            for (int w = max(ws, 0); w < w1; ++w)
+                sum += load_lanes(xp, IN_VOLUME(x, d, h, w), lanes);
+    long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
+    store_lanes(out, AT3D_OUT(out, o.n, o.c, o.d, o.h, o.w),
+                div ? sum / (acc_t)div : (acc4_t)0, lanes);
+}
+
+/* avg_pool3d_backward for grad_out of any strides, grad_x through its own. */
+__kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_out,
+                                          __global elem_t *restrict grad_x,
+                                          STRIDED3D_BACKWARD_SIZES, AVG_POOL3D_SIZES)
+{
+    FIX_WINDOW3D();
+    STRIDED_VOXEL(e, C, D, H, W);
+    int lanes = lanes_of(channels_inner);
+    __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
+    window_range rd = windows_reaching(e.d, 1, D, sd, pd, kd, OD),
+                 rh = windows_reaching(e.h, 1, H, sh, ph, kh, OH),
+                 rw = windows_reaching(e.w, 1, W, sw, pw, kw, OW);
+    acc4_t g = 0;
+    for (int od = rd.first; od < rd.end; ++od)
+        for (int oh = rh.first; oh < rh.end; ++oh)
+            for (int ow = rw.first; ow < rw.end; ++ow) {
+                long div = avg_divisor3d(od * sd - pd, oh * sh - ph, ow * sw - pw,
+                                         AVG_POOL3D_ARGS);
+                g += load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes) / (acc_t)div;
+            }
+    store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes);
+}
+
+/* adaptive_avg_pool3d_forward for an input of any strides, out through its own strides. */
+__kernel void adaptive_avg_pool3d_forward_strided(__global const elem_t *restrict x,
+                                                  __global elem_t *restrict out,
+                                                  STRIDED3D_FORWARD_SIZES,
+                                                  ADAPTIVE_POOL3D_SIZES)
+{
+    STRIDED_VOXEL(o, C, OD, OH, OW);
+    int lanes = lanes_of(channels_inner);
+    __global const elem_t *xp = x + AT3D(x, o.n, o.c, 0, 0, 0);
+    int d0 = cell_first(o.d, D, OD), d1 = cell_last(o.d, D, OD);
+    int h0 = cell_first(o.h, H, OH), h1 = cell_last(o.h, H, OH);
+    int w0 = cell_first(o.w, W, OW), w1 = cell_last(o.w, W, OW);
+    acc4_t sum = 0;
+    for (int d = d0; d < d1; ++d)
+        for (int h = h0; h < h1; ++h)
+            for (int w = w0; w < w1; ++w)
+                sum += load_lanes(xp, IN_VOLUME(x, d, h, w), lanes);
+    store_lanes(out, AT3D_OUT(out, o.n, o.c, o.d, o.h, o.w),
+                sum / (acc_t)(d1 - d0) / (acc_t)(h1 - h0) / (acc_t)(w1 - w0), lanes);
+}
+
+/* adaptive_avg_pool3d_backward for grad_out of any strides, grad_x through its own. */
+__kernel void adaptive_avg_pool3d_backward_strided(__global const elem_t *restrict grad_out,
+                                                   __global elem_t *restrict grad_x,
+                                                   STRIDED3D_BACKWARD_SIZES,
+                                                   ADAPTIVE_POOL3D_SIZES)
+{
+    STRIDED_VOXEL(e, C, D, H, W);
+    int lanes = lanes_of(channels_inner);
+    __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
+    int od1 = cell_last(e.d, OD, D), oh0 = cell_first(e.h, OH, H), oh1 = cell_last(e.h, OH, H),
+        ow0 = cell_first(e.w, OW, W), ow1 = cell_last(e.w, OW, W);
+    acc4_t g = 0;
+    for (int od = cell_first(e.d, OD, D); od < od1; ++od) {
+        acc_t depth = (acc_t)(cell_last(od, D, OD) - cell_first(od, D, OD));
+        for (int oh = oh0; oh < oh1; ++oh) {
+            acc_t rows = (acc_t)(cell_last(oh, H, OH) - cell_first(oh, H, OH));
+            for (int ow = ow0; ow < ow1; ++ow) {
+                acc_t cols = (acc_t)(cell_last(ow, W, OW) - cell_first(ow, W, OW));
+                g += load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes) / depth / rows
+                     / cols;
+            }
+        }
+    }
+    store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes);
+}

@@ -24,7 +24,8 @@ adaptive_avg_pool2d_band (bands of 16 or more rows), adaptive_avg_pool2d_global 
 1x1), the `_plane` kernels of max and average pooling and adaptive_avg_pool2d_plane (the
 CPU kernels: the max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAPTIVE), the
 `_strided` kernels (non-contiguous device arrays, and channels-last numpy arrays: the
-nhwc/ cases), clpool_contiguous (launched directly, and by the 3-D and adaptive max ops
+nhwc/ cases; the 3-D ones on channels-last-3d numpy arrays and strided 5-D device arrays:
+the ndhwc/ cases), clpool_contiguous (launched directly, and by the adaptive max ops
 on strided 5-D arrays), adaptive_max_pool_forward (with and without indices, int32 and
 int64) and adaptive_max_pool_backward and its `_plane` twin (including indices outside the
 volume), max_unpool_clear/claim/scatter/gather (unpool_cases) and the 3-D kernels of
@@ -602,7 +603,7 @@ ADAPTIVE_3D = (2, 3, 4)  # down along D, up along W
 def pool3d_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """The 3-D kernels: max forward with and without indices (int64, int32), max backward
     (with indices outside the volume), average and adaptive average forward and backward,
-    and a strided 5-D device input (clpool_contiguous of pool3d.cl)."""
+    and a strided 5-D device input (the _strided kernel)."""
     for seed, (name, shape, k, s, p, d, ceil) in enumerate(WINDOWS_3D):
         x = _data(shape, dtype, 700 + seed, ties=seed % 2 == 0)
         args = (k, s, p, d, ceil)
@@ -643,12 +644,65 @@ def pool3d_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     base = _data((2, 3, 4, 5, 6), dtype, 1100)
     view = cla.to_device(queue, base).transpose((1, 0, 2, 4, 3))
     host = np.ascontiguousarray(base.transpose(1, 0, 2, 4, 3))
-    yield ("contiguous/max_pool3d_with_indices/transpose",
+    yield ("strided/max_pool3d_with_indices/transpose",
            lambda v=view: [a.get() for a in clpool.max_pool3d_with_indices(v, 2, 1, 1)],
            lambda h=host: ref.max_pool3d_with_indices(h, 2, 1, 1))
 
 
 FAMILIES += (pool3d_cases,)
+
+
+def _ndhwc(a: np.ndarray) -> np.ndarray:
+    """`a` laid out channels-last-3d (NDHWC memory), which clpool uploads as it is."""
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 4, 1)).transpose(0, 4, 1, 2, 3)
+
+
+def ndhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    """The 3-D _strided kernels, tiny: channels-last-3d numpy inputs (3 channels: one per
+    work-item; 4: four per work-item), gradients and indices (int32 and int64) so too, and
+    every other column of a wider device array."""
+    win = (2, 1, 1, (1, 2, 1), True)  # kernel_size, stride, padding, dilation, ceil_mode
+    avg = (2, 1, 1, True, False, None)
+    for c in (3, 4):
+        x = _ndhwc(_data((1, c, 2, 3, 4), dtype, 1200 + c, ties=True))
+        yield (f"ndhwc/max_pool3d_with_indices/c{c}",
+               lambda x=x: clpool.max_pool3d_with_indices(x, *win),
+               lambda x=x: ref.max_pool3d_with_indices(x, *win))
+        yield (f"ndhwc/max_pool3d/c{c}", lambda x=x: clpool.max_pool3d(x, *win),
+               lambda x=x: ref.max_pool3d(x, *win))
+        out, idx = ref.max_pool3d_with_indices(x, *win)
+        g = _ndhwc(_data(out.shape, dtype, 1210 + c))
+        for index in (np.int32, np.int64):
+            i = _ndhwc(idx.astype(index))
+            yield (f"ndhwc/max_pool3d_with_indices_backward/c{c}/{index.__name__}",
+                   lambda g=g, x=x, i=i: clpool.max_pool3d_with_indices_backward(
+                       g, x, *win, indices=i),
+                   lambda g=g, x=x, i=idx: ref.max_pool3d_with_indices_backward(g, x, i, *win))
+        yield (f"ndhwc/avg_pool3d/c{c}", lambda x=x: clpool.avg_pool3d(x, *avg),
+               lambda x=x: ref.avg_pool3d(x, *avg))
+        ga = _ndhwc(_data(ref.avg_pool3d(x, *avg).shape, dtype, 1220 + c))
+        yield (f"ndhwc/avg_pool3d_backward/c{c}",
+               lambda g=ga, x=x: clpool.avg_pool3d_backward(g, x, *avg),
+               lambda g=ga, x=x: ref.avg_pool3d_backward(g, x, *avg))
+        yield (f"ndhwc/adaptive_avg_pool3d/c{c}",
+               lambda x=x: clpool.adaptive_avg_pool3d(x, (3, 2, 3)),
+               lambda x=x: ref.adaptive_avg_pool3d(x, (3, 2, 3)))
+        yield (f"ndhwc/adaptive_avg_pool3d/global-c{c}",  # results' channels contiguous
+               lambda x=x: clpool.adaptive_avg_pool3d(x, 1),
+               lambda x=x: ref.adaptive_avg_pool3d(x, 1))
+        gd = _ndhwc(_data((1, c, 3, 2, 3), dtype, 1230 + c))
+        yield (f"ndhwc/adaptive_avg_pool3d_backward/c{c}",
+               lambda g=gd, x=x: clpool.adaptive_avg_pool3d_backward(g, x),
+               lambda g=gd, x=x: ref.adaptive_avg_pool3d_backward(g, x))
+    queue = discovery.runtime(discovery.select()).queue
+    host = _data((1, 2, 2, 3, 8), dtype, 1240)
+    view = cla.to_device(queue, host)[..., ::2]
+    yield ("strided/avg_pool3d/every-other-column",
+           lambda: clpool.avg_pool3d(view, *avg),
+           lambda: ref.avg_pool3d(np.ascontiguousarray(host[..., ::2]), *avg))
+
+
+FAMILIES += (ndhwc_cases,)
 
 _launched: set[str] = set()
 _kept: list[cl.Buffer] = []

@@ -1,0 +1,372 @@
+"""Channels-last-3d (NDHWC) and other strided inputs of the 3-D ops: read through their
+strides by the 3-D _strided kernels (no copy kernel), the results in PyTorch CPU's memory
+format (max_pool3d keeps channels_last_3d, its backward follows the forward input, the
+average ops give C-contiguous results), with PyTorch's values and indices."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+import pyopencl._cl as _cl
+import pyopencl.array as cla
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+from pool_cases import assert_close, data, same_bits  # noqa: E402
+
+import clpool  # noqa: E402
+import clpool.torch as ct  # noqa: E402
+from clpool import discovery, launch, policy  # noqa: E402
+
+CL3 = torch.channels_last_3d
+aten = torch.ops.aten
+TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
+
+# name -> (clpool forward, torch forward), the same arguments: ceil mode, dilation,
+# padding, count_include_pad, divisor_override, unequal adaptive cells.
+FORWARD = {
+    "max-ceil": (lambda a, **kw: clpool.max_pool3d_with_indices(a, 3, 2, 1, ceil_mode=True, **kw),
+                 lambda t: F.max_pool3d(t, 3, 2, 1, ceil_mode=True, return_indices=True)),
+    "max-dilated": (lambda a, **kw: clpool.max_pool3d_with_indices(a, (2, 2, 3), (1, 2, 2), 1,
+                                                                   (1, 2, 1), **kw),
+                    lambda t: F.max_pool3d(t, (2, 2, 3), (1, 2, 2), 1, (1, 2, 1),
+                                           return_indices=True)),
+    "max-values": (lambda a, **kw: clpool.max_pool3d(a, 2, 1, 1, **kw),
+                   lambda t: F.max_pool3d(t, 2, 1, 1)),
+    "avg-exclude-pad": (lambda a, **kw: clpool.avg_pool3d(a, 3, 2, 1, True, False, **kw),
+                        lambda t: F.avg_pool3d(t, 3, 2, 1, True, False)),
+    "avg-divisor": (lambda a, **kw: clpool.avg_pool3d(a, 2, 1, 1, divisor_override=3, **kw),
+                    lambda t: F.avg_pool3d(t, 2, 1, 1, divisor_override=3)),
+    "adaptive": (lambda a, **kw: clpool.adaptive_avg_pool3d(a, (3, 5, 4), **kw),
+                 lambda t: F.adaptive_avg_pool3d(t, (3, 5, 4))),
+    # a result of one element per channel: channels contiguous there too (4 per work-item)
+    "adaptive-global": (lambda a, **kw: clpool.adaptive_avg_pool3d(a, 1, **kw),
+                        lambda t: F.adaptive_avg_pool3d(t, 1)),
+}  # fmt: skip
+SHAPE = (2, 5, 4, 6, 7)
+
+
+def _queue() -> cl.CommandQueue:
+    return discovery.runtime(discovery.select()).queue
+
+
+def _tensor(seed: int, shape=SHAPE, dtype=np.float32, special=True) -> torch.Tensor:
+    """Random data (ties, NaN and -inf with `special`) as a channels_last_3d tensor."""
+    x = data(np.random.default_rng(seed), shape, dtype, special)
+    return torch.from_numpy(x).contiguous(memory_format=CL3)
+
+
+def _ndhwc_array(t: torch.Tensor) -> cla.Array:
+    """Channels-last-3d tensor `t` as a device Array with its strides (NDHWC memory)."""
+    return cla.to_device(_queue(), t.permute(0, 2, 3, 4, 1).numpy()).transpose((0, 4, 1, 2, 3))
+
+
+def _as(kind: str, t: torch.Tensor):
+    """Tensor `t` as the input kind, with `t`'s strides: a device Array (a C-contiguous one
+    for a C-contiguous `t`), a numpy array or the tensor itself."""
+    if kind == "array":
+        return cla.to_device(_queue(), t.numpy()) if t.is_contiguous() else _ndhwc_array(t)
+    return t.numpy() if kind == "numpy" else t
+
+
+def _results(got) -> list:
+    return list(got) if isinstance(got, (tuple, list)) else [got]
+
+
+def _check(got, want: torch.Tensor, exact: bool) -> None:
+    """clpool's result `got` (any kind) equals torch's `want`: values (bit for bit where
+    `exact`), dtype and element strides."""
+    if isinstance(got, cla.Array):
+        strides = tuple(s // got.dtype.itemsize for s in got.strides)
+        got = launch._get(got)
+    elif isinstance(got, torch.Tensor):
+        strides, got = got.stride(), got.numpy()
+    else:
+        strides = tuple(s // got.dtype.itemsize for s in got.strides)
+    assert strides == want.stride(), (strides, want.stride())
+    if exact:
+        assert same_bits(np.ascontiguousarray(got), np.ascontiguousarray(want.numpy()))
+    else:
+        assert_close(got, want.numpy(), TOL.get(want.dtype, 1e-5))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("channels", [5, 8])  # 8: 4 channels per work-item
+@pytest.mark.parametrize("kind", ["array", "numpy", "tensor"])
+@pytest.mark.parametrize("case", FORWARD)
+def test_forward_channels_last_3d_matches_torch(case, kind, channels, dtype):
+    ours, theirs = FORWARD[case]
+    t = _tensor(7, (2, channels, 4, 6, 7), dtype)
+    got, want = _results(ours(_as(kind, t))), _results(theirs(t))
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        _check(g, w, exact=case.startswith("max"))
+
+
+def _backward_cases(t: torch.Tensor):
+    """(name, clpool backward of (grad, x, indices), ATen's, grad_output shape, indices):
+    the three backward ops, in the forward's arguments."""
+    _, idx = F.max_pool3d(t, 3, 2, 1, (1, 1, 2), True, return_indices=True)
+    avg = F.avg_pool3d(t, 3, 2, 1, True, False)
+    ada = F.adaptive_avg_pool3d(t, (3, 5, 4))
+    return [
+        ("max",
+         lambda g, x, i: clpool.max_pool3d_with_indices_backward(g, x, 3, 2, 1, (1, 1, 2), True,
+                                                                 i),
+         lambda g, x, i: aten.max_pool3d_with_indices_backward(g, x, [3] * 3, [2] * 3, [1] * 3,
+                                                                [1, 1, 2], True, i),
+         idx.shape, idx),
+        ("avg", lambda g, x, i: clpool.avg_pool3d_backward(g, x, 3, 2, 1, True, False),
+         lambda g, x, i: aten.avg_pool3d_backward(g, x, [3] * 3, [2] * 3, [1] * 3, True, False,
+                                                  None), avg.shape, None),
+        ("adaptive", lambda g, x, i: clpool.adaptive_avg_pool3d_backward(g, x),
+         lambda g, x, i: aten._adaptive_avg_pool3d_backward(g, x), ada.shape, None),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("channels", [5, 8])
+@pytest.mark.parametrize("kind", ["array", "numpy", "tensor"])
+@pytest.mark.parametrize("formats", ["cl-cl", "cl-grad", "cl-input"])
+def test_backward_channels_last_3d_matches_aten(formats, kind, channels, dtype):
+    """grad_input in ATen's memory format (max: the forward input's; the averages:
+    C-contiguous), whatever grad_output's and the indices' are."""
+    t = _tensor(8, (2, channels, 5, 6, 7), dtype)
+    rng = np.random.default_rng(11)
+    for name, ours, theirs, shape, idx in _backward_cases(t):
+        g = torch.from_numpy(data(rng, tuple(shape), dtype)).contiguous(memory_format=CL3)
+        x = t.contiguous() if formats == "cl-grad" else t
+        if formats == "cl-input":
+            g = g.contiguous()
+        i = idx if idx is None or formats != "cl-input" else idx.contiguous()
+        want = theirs(g, x, i)
+        got = ours(*(None if a is None else _as(kind, a) for a in (g, x, i)))
+        _check(got, want, exact=name == "max")
+
+
+def _views(base: np.ndarray):
+    """(name, device view, the same view on the host): strides other than dense NDHWC."""
+    on_device = cla.to_device(_queue(), base)
+    host_ndhwc = base.transpose(0, 2, 3, 4, 1).copy().transpose(0, 4, 1, 2, 3)
+    ndhwc = cla.to_device(_queue(), host_ndhwc.transpose(0, 2, 3, 4, 1)).transpose((0, 4, 1, 2, 3))
+    return [
+        ("transposed-hw", on_device.transpose((0, 1, 2, 4, 3)), base.transpose(0, 1, 2, 4, 3)),
+        ("depth-last", on_device.transpose((0, 1, 3, 4, 2)), base.transpose(0, 1, 3, 4, 2)),
+        ("sliced-channels-ndhwc", ndhwc[:, 1:4], host_ndhwc[:, 1:4]),
+        ("offset", on_device[1:, 1:, 1:, 2:, 1:], base[1:, 1:, 1:, 2:, 1:]),
+        ("every-other-column", on_device[:, :, :, :, ::2], base[:, :, :, :, ::2]),
+        ("ndhwc-every-other-row", ndhwc[:, :, :, ::2], host_ndhwc[:, :, :, ::2]),
+        ("unbatched-dhwc", ndhwc[1], host_ndhwc[1]),
+        ("unbatched-dhwc-sliced-depth", ndhwc[1, :, 1:], host_ndhwc[1, :, 1:]),
+    ]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", FORWARD)
+def test_strided_device_views_match_torch(case, dtype):
+    """Any strides and offsets of a device Array: torch's values, indices and memory
+    format on the same view (a channels-last-3d view stays so for max pooling, an unbatched
+    dense DHWC one too, as ATen's rule for 4-D input)."""
+    ours, theirs = FORWARD[case]
+    base = data(np.random.default_rng(5), (2, 6, 5, 8, 9), dtype, special=True)
+    for name, view, on_host in _views(base):
+        want = _results(theirs(torch.from_numpy(on_host)))
+        for g, w in zip(_results(ours(view)), want, strict=True):
+            try:
+                _check(g, w, exact=case.startswith("max"))
+            except AssertionError as e:
+                raise AssertionError(name) from e
+
+
+@pytest.mark.parametrize("case", ["max-ceil", "avg-exclude-pad", "adaptive"])
+def test_strided_host_views_match_the_contiguous_result(case):
+    """numpy views of any strides: the values of the same array C-contiguous, and the
+    memory format torch gives such a 5-D view (unbatched host views go up C-contiguous)."""
+    ours, theirs = FORWARD[case]
+    base = data(np.random.default_rng(6), (2, 6, 5, 8, 9), special=True)
+    for name, _, on_host in _views(base):
+        if on_host.ndim == 4:
+            continue
+        want = _results(ours(np.ascontiguousarray(on_host)))
+        strides = _results(theirs(torch.from_numpy(on_host)))[0].stride()
+        for g, w in zip(_results(ours(on_host)), want, strict=True):
+            assert tuple(s // g.dtype.itemsize for s in g.strides) == strides, name
+            if case.startswith("max"):
+                assert same_bits(np.ascontiguousarray(g), w), name
+            else:
+                assert_close(g, w, context=name)
+
+
+def test_strided_backward_inputs_match_torch():
+    """grad_output and indices of any strides (every other column of wider arrays, int32
+    indices) and an input view: ATen's gradients and memory format."""
+    q = _queue()
+    x = torch.from_numpy(data(np.random.default_rng(6), (2, 3, 5, 6, 7), special=True))
+    _, idx = F.max_pool3d(x, 2, 1, 1, ceil_mode=True, return_indices=True)
+    g = torch.from_numpy(data(np.random.default_rng(7), tuple(idx.shape)))
+
+    def wide(a: torch.Tensor) -> cla.Array:
+        w = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.numpy().dtype)
+        w[..., ::2] = a.numpy()
+        return cla.to_device(q, w)[..., ::2]
+
+    x_view = _ndhwc_array(x.contiguous(memory_format=CL3))
+    got = clpool.max_pool3d_with_indices_backward(
+        wide(g), x_view, 2, 1, 1, 1, True, indices=wide(idx.int())
+    )
+    want = aten.max_pool3d_with_indices_backward(
+        g, x.contiguous(memory_format=CL3), [2] * 3, [1] * 3, [1] * 3, [1] * 3, True, idx
+    )
+    _check(got, want, exact=True)
+    a = F.avg_pool3d(x, 2, 1, 1, True, False)
+    ga = torch.from_numpy(data(np.random.default_rng(8), tuple(a.shape)))
+    got = clpool.avg_pool3d_backward(wide(ga), x_view, 2, 1, 1, True, False)
+    want = aten.avg_pool3d_backward(ga, x, [2] * 3, [1] * 3, [1] * 3, True, False, None)
+    _check(got, want, exact=False)
+
+
+@pytest.fixture
+def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of every kernel enqueued through PyOpenCL during the test (clpool's or
+    PyOpenCL's own: pyopencl._cl.enqueue_nd_range_kernel under either name)."""
+    names: list[str] = []
+    enqueue = _cl.enqueue_nd_range_kernel
+
+    def recording(queue, kernel, *args, **kwargs):
+        names.append(kernel.function_name)
+        return enqueue(queue, kernel, *args, **kwargs)
+
+    monkeypatch.setattr(_cl, "enqueue_nd_range_kernel", recording)
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", recording)
+    return names
+
+
+@pytest.mark.parametrize("kind", ["array", "numpy"])
+def test_a_channels_last_3d_input_launches_only_the_op_kernels(kind, launched, enqueued):
+    """No copy kernel: each op enqueues exactly its _strided kernel, forward and backward,
+    for a channels_last_3d device Array or numpy array (uploaded as its own bytes)."""
+    t = _tensor(12, special=False)
+    x = _as(kind, t)
+    for case in ("max-ceil", "max-values", "avg-exclude-pad", "adaptive"):
+        FORWARD[case][0](x)
+    rng = np.random.default_rng(1)
+    for _, ours, _, shape, idx in _backward_cases(t):
+        g = torch.from_numpy(data(rng, tuple(shape))).contiguous(memory_format=CL3)
+        ours(_as(kind, g), x, None if idx is None else _as(kind, idx))
+    want = ["max_pool3d_forward_strided"] * 2 + [
+        "avg_pool3d_forward_strided",
+        "adaptive_avg_pool3d_forward_strided",
+        "max_pool3d_backward_strided",
+        "avg_pool3d_backward_strided",
+        "adaptive_avg_pool3d_backward_strided",
+    ]
+    assert [name for name, _ in launched] == want
+    assert enqueued == want
+
+
+def test_gpu_policy_and_constant_windows_give_the_same_results():
+    """The _strided kernels built as a GPU would build them, and with the window sizes as
+    arguments: the same values and indices."""
+    t = _tensor(13, (1, 8, 4, 5, 6))
+    for gpu, specialize in ((True, True), (False, False)):
+        with policy.use(gpu=gpu, specialize=specialize):
+            for case in ("max-dilated", "avg-divisor"):
+                ours, theirs = FORWARD[case]
+                for g, w in zip(_results(ours(t)), _results(theirs(t)), strict=True):
+                    _check(g, w, exact=case.startswith("max"))
+
+
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("channels", [3, 4])
+def test_windows_of_minus_infinity_and_nan_and_int32_indices(channels, index_dtype):
+    """Windows whose every tap is -inf take the index of their first tap inside the volume;
+    a NaN wins with its index (the last NaN); each channel on its own; int32 indices too,
+    and their backward. The indices are torch's for the same values C-contiguous: torch
+    2.13's channels-last CPU kernel leaves the depth out of such a window's index (it names
+    an element of the first depth, outside the window: 3 where the contiguous kernel gives
+    33, the window's first tap)."""
+    x = np.full((1, channels, 4, 5, 6), -np.inf, np.float32)
+    x[0, 0, 1, 1, 1] = x[0, -1, 2, 3, 4] = np.nan
+    x[0, -1, 2, 3, 5] = np.nan
+    x[0, 1 % channels, 2, 2, 2] = 7.0
+    t = torch.from_numpy(x).contiguous(memory_format=CL3)
+    for args in ((3, 2, 1), (2, 1, 1)):
+        got = clpool.max_pool3d_with_indices(t.numpy(), *args, index_dtype=index_dtype)
+        want = F.max_pool3d(t, *args, return_indices=True)
+        first = F.max_pool3d(t.contiguous(), *args, return_indices=True)[1]
+        want = (want[0], first.contiguous(memory_format=CL3))
+        assert got[1].dtype == np.dtype(index_dtype)
+        _check(got[0], want[0], exact=True)
+        _check(got[1].astype(np.int64), want[1], exact=True)
+        g = torch.ones(want[0].shape).contiguous(memory_format=CL3)
+        back = clpool.max_pool3d_with_indices_backward(g.numpy(), t.numpy(), *args, indices=got[1])
+        ref = aten.max_pool3d_with_indices_backward(
+            g, t, [args[0]] * 3, [args[1]] * 3, [args[2]] * 3, [1] * 3, False, want[1]
+        )
+        _check(back, ref, exact=True)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16_bit_channels_last_3d(dtype):
+    """16-bit storage: torch's float32 result rounded once (torch CPU has no 16-bit
+    avg_pool3d), max pooling bit for bit, in torch's memory format."""
+    if dtype == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    t = _tensor(14, (2, 8, 4, 5, 6), special=False).to(getattr(torch, dtype))
+    with policy.use(fp16_storage=True):
+        for case in ("max-ceil", "avg-exclude-pad", "adaptive"):
+            ours, theirs = FORWARD[case]
+            for g, w in zip(_results(ours(t)), _results(theirs(t.float())), strict=True):
+                w = w.to(g.dtype) if w.is_floating_point() else w
+                assert g.dtype == w.dtype and g.stride() == w.stride(), case
+                if case.startswith("max"):
+                    assert torch.equal(g, w), case
+                else:
+                    assert_close(g.double(), w.double(), 1e-2, case)
+
+
+@pytest.mark.parametrize(
+    "module, reference",
+    [
+        (ct.MaxPool3d(3, 2, 1, ceil_mode=True), torch.nn.MaxPool3d(3, 2, 1, ceil_mode=True)),
+        (ct.AvgPool3d(3, 2, 1, count_include_pad=False),
+         torch.nn.AvgPool3d(3, 2, 1, count_include_pad=False)),
+        (ct.AdaptiveAvgPool3d((3, 5, 4)), torch.nn.AdaptiveAvgPool3d((3, 5, 4))),
+    ],
+)  # fmt: skip
+def test_torch_modules_on_channels_last_3d_forward_and_backward(module, reference):
+    """clpool.torch (the autograd path): torch's values, gradients and memory formats."""
+    t = _tensor(9, (2, 8, 5, 6, 7), special=False)
+    ours, theirs = t.clone().requires_grad_(), t.clone().requires_grad_()
+    y, want = module(ours), reference(theirs)
+    grad = torch.from_numpy(data(np.random.default_rng(3), tuple(want.shape)))
+    y.backward(grad.contiguous(memory_format=CL3))
+    want.backward(grad.contiguous(memory_format=CL3))
+    assert y.stride() == want.stride() and ours.grad.stride() == theirs.grad.stride()
+    assert_close(y.detach(), want.detach())
+    assert_close(ours.grad, theirs.grad)
+
+
+def test_torch_gradcheck_channels_last_3d_in_float64():
+    x = torch.from_numpy(np.random.default_rng(4).standard_normal((1, 4, 3, 4, 5)))
+    x = x.contiguous(memory_format=CL3).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: ct.max_pool3d(t, 2, 1, 1), (x,))
+    assert torch.autograd.gradcheck(lambda t: ct.avg_pool3d(t, 3, 2, 1, True, False), (x,))
+    assert torch.autograd.gradcheck(lambda t: ct.adaptive_avg_pool3d(t, (3, 2, 3)), (x,))
+
+
+def test_the_canary_runs_every_3d_strided_kernel(launched):
+    """The canary's channels-last-3d calls: each 3-D _strided kernel, right."""
+    from clpool import canary, check
+
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal(canary.SHAPE_3D).astype(np.float32)
+    calls = canary._channels_last_3d_calls(x, lambda s: rng.standard_normal(s).astype(np.float32))
+    for what, got, want, exact in calls:
+        err = check.error(np.asarray(got), want)
+        assert err == 0 if exact else err <= 1e-5, what
+    ran = {name for name, _ in launched}
+    assert ran == {f"{op}_{way}_strided" for op in ("max_pool3d", "avg_pool3d",
+                   "adaptive_avg_pool3d") for way in ("forward", "backward")}  # fmt: skip
