@@ -73,6 +73,14 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
         *_UNPOOL_SIZES,
         *_UNPOOL_WINDOW_SIZES,
     ),
+    "max_unpool_tile": (
+        ("x", GLOBAL),
+        ("indices", GLOBAL),
+        ("out", GLOBAL),
+        ("flag", GLOBAL),
+        *_UNPOOL_SIZES,
+        *_ints("IH", "IW", "OH", "OW"),
+    ),
     "max_unpool_plane": (
         ("x", GLOBAL),
         ("indices", GLOBAL),

@@ -42,6 +42,7 @@ TILES = {
         # Unmeasured on the H200 yet: two rows share a work-item's column bounds.
         "adaptive_max_pool_forward": (2, 1),
         "adaptive_max_pool_backward": (2, 1),
+        "max_unpool_tile": (2, 1),  # rows of owners per work-item
     },
     "CPU": {
         "avg_pool2d_backward": (4, 2),

@@ -147,6 +147,13 @@ def _gathers(spatial: int, window: Window, op: int) -> bool:
     return min(*k, *s) > 0 and op + 2 * (max(k) + max(s)) < 2**31
 
 
+def _tiles(spatial: int, window: Window) -> bool:
+    """Whether the windows tile the output (1-D and 2-D): kernel size = stride, no
+    padding, so that each output lies in one input's window at most."""
+    k, s, p = _window(spatial, *window[:3])
+    return spatial < 3 and k == s and not any(p)
+
+
 def _axes(sizes: tuple[int, ...], out_sizes: tuple[int, ...], window: Window) -> Scalars:
     """max_unpool_window's per-axis sizes (ID ... pw), a missing axis of side 1."""
     k, s, p = _window(len(sizes), *window[:3])
@@ -168,7 +175,8 @@ def _plan_forward(
     gather: bool,
     queue: cl.CommandQueue | None,
 ) -> plans.Plan:
-    """The fast path's plan (outputs out and flag): the window gather, or on a CPU one
+    """The fast path's plan (outputs out and flag): the window gather (an output per
+    work-item from its one owner where the windows tile the output), or on a CPU one
     work-item per plane; or clear, claim and scatter's (out, owner and flag)."""
     p, out_shape, planes, ip, op = _planner(where, arrays, spatial, window, device, queue)
     p.output("out", out_shape)
@@ -178,6 +186,14 @@ def _plan_forward(
     if planes and op and gather and p.policy.by_plane(p.rt.device, p.dtype, planes):
         p.step("max_unpool_flag_clear", (1, 1, 1))
         p.step("max_unpool_plane", (planes,), local=(1,), IP=ip, OP=op)
+    elif planes and op and gather and _tiles(spatial, window):
+        axes = _axes(tuple(p.arrays[0].shape[-spatial:]), out_shape[-spatial:], window)
+        p.options += (f"-DCLPOOL_UNPOOL_SH={axes['sh']}", f"-DCLPOOL_UNPOOL_SW={axes['sw']}")
+        p.rows = p.policy.tile(p.rt.device, "max_unpool_tile")[0]
+        sizes = {name: axes[name] for name in ("IH", "IW", "OH", "OW")}
+        p.step("max_unpool_flag_clear", (1, 1, 1))
+        rows = -(-axes["OH"] // axes["sh"])  # rows of owners, the last maybe of none
+        p.step("max_unpool_tile", (axes["OW"], rows, planes), IP=ip, OP=op, **sizes)
     elif planes and op and gather:
         axes = _axes(tuple(p.arrays[0].shape[-spatial:]), out_shape[-spatial:], window)
         p.step("max_unpool_flag_clear", (1, 1, 1))
