@@ -15,9 +15,10 @@ import numpy.typing as npt
 import pyopencl as cl
 import pyopencl.array as cla
 
-from . import adopt, launch, ops, plans, shapes
+from . import adopt, launch, ops, plans, policy, shapes
 from .discovery import choose, require, runtime
 from .errors import PoolArgumentError, Problem, UnsupportedDtypeError, Where, reporting
+from .lru import LRU
 from .plans import Planner, Scalars
 from .types import Out, Size, Tensor
 
@@ -243,6 +244,35 @@ def _scratch(queue: cl.CommandQueue, shape: tuple[int, ...], dtype: npt.DTypeLik
     return cla.empty(queue, shape, np.dtype(dtype), allocator=pool)
 
 
+# _checked's result per call signature: the device's name, (output shape, planes, output
+# plane size, whether the fast path can run).
+_checks: LRU[tuple[str, tuple[tuple[int, ...], int, int, bool]]] = LRU(
+    lambda: policy.current().plans_kept
+)
+policy.on_change(_checks.clear)
+
+
+def _checked(
+    where: Where, spatial: int, window: Window, x: np.ndarray | cla.Array,
+    indices: np.ndarray | cla.Array, queue: cl.CommandQueue,
+) -> tuple[tuple[int, ...], int, int, bool]:  # fmt: skip
+    """The dtype check on `queue`'s device, then _geometry and _gathers of a call: the
+    output's shape, the planes, the output plane's size and whether the fast path can run.
+    Once per call signature, as ops._run plans (a repeat call skips ATen's checks)."""
+    key = (spatial, repr(window), x.shape, x.dtype, indices.shape, indices.dtype, queue.int_ptr)
+    held = _checks.get(key)
+    if held is not None:
+        where.device = held[0]
+        return held[1]
+    where.device = queue.device.name.strip()
+    problem = plans.dtype_problem(x.dtype, queue.device)
+    if problem:
+        raise Problem(UnsupportedDtypeError, problem)
+    out_shape, planes, _, op = _geometry(x, indices, spatial, window)
+    checked = (out_shape, planes, op, _gathers(spatial, window, op))
+    return _checks.put(key, (where.device, checked))[1]
+
+
 def _unpool(
     spatial: int,
     input: Tensor,
@@ -258,11 +288,7 @@ def _unpool(
         x, idx = map(_host, arrays)
         where.dtype = x.dtype
         q = _queue(device, queue, out, arrays)
-        where.device = q.device.name.strip()
-        problem = plans.dtype_problem(x.dtype, q.device)
-        if problem:
-            raise Problem(UnsupportedDtypeError, problem)
-        out_shape, planes, _, op = _geometry(x, idx, spatial, window)
+        out_shape, planes, op, gathers = _checked(where, spatial, window, x, idx, q)
         work = planes and op and x.size
         if work and not isinstance(idx, cla.Array):
             bad = (idx < 0) | (idx >= op)
@@ -277,7 +303,7 @@ def _unpool(
         flag = None if got is None else _scratch(q, (1,), np.int32)
         params = (spatial, window, device)
         bits = 2  # bit 2: an index outside its window, so clear, claim and scatter
-        if _gathers(spatial, window, op):
+        if gathers:
             given = None if got is None or flag is None else (got, flag)
             run = ops._run(label, _plan_forward, arrays, (*params, True), q, given, 2)
             got, flag = cast(tuple[cla.Array, cla.Array], run)

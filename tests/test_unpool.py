@@ -206,7 +206,8 @@ def _tiling_cases(spatial: int):
             at = []
             for axis, (n, kk, o) in enumerate(zip(sizes, ks, out, strict=True)):
                 start = (np.arange(n) * kk).reshape((n,) + (1,) * (spatial - axis - 1))
-                at.append(start + rng.integers(0, 1 << 20, shape) % (np.minimum(start + kk, o) - start))
+                span = np.minimum(start + kk, o) - start  # the window, clipped
+                at.append(start + rng.integers(0, 1 << 20, shape) % span)
             idx = np.ravel_multi_index(tuple(at), out)
             bad = []
             other = idx.copy()
