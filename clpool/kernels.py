@@ -64,7 +64,6 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
         ("scratch", LOCAL),
     ),
     "adaptive_avg_pool2d_plane": (("x", GLOBAL), ("out", GLOBAL), ("HW", LONG)),
-    "max_unpool_flag_clear": (("flag", GLOBAL),),
     "max_unpool_window": (
         ("x", GLOBAL),
         ("indices", GLOBAL),

@@ -42,12 +42,6 @@
 /* Whether output a lies outside input o's window [o * s - p, o * s - p + k). */
 #define OUTSIDE(a, o, k, s, p) ((a) < (o) * (s) - (p) || (a) >= (o) * (s) - (p) + (k))
 
-/* flag = 0, before max_unpool_window. */
-__kernel void max_unpool_flag_clear(__global int *restrict flag)
-{
-    flag[0] = 0;
-}
-
 /* The fast path, one work-item per input (dimension 0 its column, 1 its row of depth *
  * height). It writes the outputs it is the latest reaching input of: each the latest
  * input whose window holds it and whose index names it, else 0. That is the unpooling
