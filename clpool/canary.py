@@ -117,6 +117,14 @@ def _unpool_calls(x: np.ndarray, g: Gradient, windows: Windows) -> Iterator[Call
             ref.max_unpool_backward(grad, pooled, idx, 2).astype(x.dtype),
             True,
         )
+    # windows tiling the output (kernel = stride, no padding): max_unpool_tile on a GPU
+    pooled, idx = ref.max_pool2d_with_indices(x, 2, 2, 0)
+    yield (
+        "max_unpool2d k2 s2 p0",
+        unpool.max_unpool2d(pooled.astype(x.dtype), idx, 2, 2, 0, x.shape[-2:]),
+        ref.max_unpool(pooled, idx, 2, 2, 2, 0, x.shape[-2:]).astype(x.dtype),
+        True,
+    )
 
 
 def _adaptive_max_calls(x: np.ndarray, g: Gradient) -> Iterator[Call]:

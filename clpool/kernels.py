@@ -67,7 +67,6 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
         ("scratch", LOCAL),
     ),
     "adaptive_avg_pool2d_plane": (("x", GLOBAL), ("out", GLOBAL), ("HW", LONG)),
-    "max_unpool_flag_clear": (("flag", GLOBAL),),
     "max_unpool_window": (
         ("x", GLOBAL),
         ("indices", GLOBAL),
@@ -75,6 +74,14 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
         ("flag", GLOBAL),
         *_UNPOOL_SIZES,
         *_UNPOOL_WINDOW_SIZES,
+    ),
+    "max_unpool_tile": (
+        ("x", GLOBAL),
+        ("indices", GLOBAL),
+        ("out", GLOBAL),
+        ("flag", GLOBAL),
+        *_UNPOOL_SIZES,
+        *_ints("IH", "IW", "OH", "OW"),
     ),
     "max_unpool_plane": (
         ("x", GLOBAL),

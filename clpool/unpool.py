@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import operator
+import threading
 from collections.abc import Sequence
 from typing import TypeAlias, cast
 
@@ -15,9 +16,10 @@ import numpy.typing as npt
 import pyopencl as cl
 import pyopencl.array as cla
 
-from . import adopt, launch, ops, plans, shapes
+from . import adopt, launch, ops, plans, policy, shapes
 from .discovery import choose, require, runtime
 from .errors import PoolArgumentError, Problem, UnsupportedDtypeError, Where, reporting
+from .lru import LRU
 from .plans import Planner, Scalars
 from .types import Out, Size, Tensor
 
@@ -124,7 +126,7 @@ def _planner(where: Where, arrays: tuple[object, ...], spatial: int, window: Win
     for a in p.arrays:  # the planner's copies of strided device arrays are 4-D at most
         if a.ndim > 4 and isinstance(a, cla.Array) and not (a.flags.c_contiguous and not a.offset):
             raise _bad("a strided 5-D device array is not supported: make it contiguous first")
-    x, indices = p.arrays[-2:]
+    x, indices = p.arrays[1:3] if backward else p.arrays[:2]
     if backward:  # ops._backward_planner's checks; its shape split is 2-D only
         grad = p.arrays[0]
         where.dtype = x.dtype
@@ -145,6 +147,13 @@ def _gathers(spatial: int, window: Window, op: int) -> bool:
     ints."""
     k, s, _ = _window(spatial, *window[:3])
     return min(*k, *s) > 0 and op + 2 * (max(k) + max(s)) < 2**31
+
+
+def _tiles(spatial: int, window: Window) -> bool:
+    """Whether the windows tile the output (1-D and 2-D): kernel size = stride, no
+    padding, so that each output lies in one input's window at most."""
+    k, s, p = _window(spatial, *window[:3])
+    return spatial < 3 and k == s and not any(p)
 
 
 def _axes(sizes: tuple[int, ...], out_sizes: tuple[int, ...], window: Window) -> Scalars:
@@ -168,26 +177,33 @@ def _plan_forward(
     gather: bool,
     queue: cl.CommandQueue | None,
 ) -> plans.Plan:
-    """The fast path's plan (outputs out and flag): the window gather, or on a CPU one
-    work-item per plane; or clear, claim and scatter's (out, owner and flag)."""
+    """The fast path's plan (inputs x, indices and the queue's flag, output out): the
+    window gather (an output per work-item from its one owner where the windows tile the
+    output), or on a CPU one work-item per plane; or clear, claim and scatter's (inputs x
+    and indices, outputs out, owner and flag)."""
     p, out_shape, planes, ip, op = _planner(where, arrays, spatial, window, device, queue)
     p.output("out", out_shape)
     if not gather:
         p.output("owner", (planes * op,), np.dtype(np.int32))
-    p.output("flag", (1,), np.dtype(np.int32))
+        p.output("flag", (1,), np.dtype(np.int32))
     if planes and op and gather and p.policy.by_plane(p.rt.device, p.dtype, planes):
-        p.step("max_unpool_flag_clear", (1, 1, 1))
         p.step("max_unpool_plane", (planes,), local=(1,), IP=ip, OP=op)
+    elif planes and op and gather and _tiles(spatial, window):
+        axes = _axes(tuple(p.arrays[0].shape[-spatial:]), out_shape[-spatial:], window)
+        p.options += (f"-DCLPOOL_UNPOOL_SH={axes['sh']}", f"-DCLPOOL_UNPOOL_SW={axes['sw']}")
+        p.rows = p.policy.tile(p.rt.device, "max_unpool_tile")[0]
+        sizes = {name: axes[name] for name in ("IH", "IW", "OH", "OW")}
+        rows = -(-axes["OH"] // axes["sh"])  # rows of owners, the last maybe of none
+        p.step("max_unpool_tile", (axes["OW"], rows, planes), IP=ip, OP=op, **sizes)
     elif planes and op and gather:
         axes = _axes(tuple(p.arrays[0].shape[-spatial:]), out_shape[-spatial:], window)
-        p.step("max_unpool_flag_clear", (1, 1, 1))
         rows = axes["ID"] * axes["IH"]
         p.step("max_unpool_window", (axes["IW"], rows, planes), IP=ip, OP=op, **axes)
     elif planes and op:
         p.step("max_unpool_clear", (op, 1, planes), IP=ip, OP=op)
         p.step("max_unpool_claim", (ip, 1, planes), IP=ip, OP=op)
         p.step("max_unpool_scatter", (ip, 1, planes), IP=ip, OP=op)
-    return p.plan("x", "indices")
+    return p.plan("x", "indices", "flag") if gather else p.plan("x", "indices")
 
 
 def _flag(queue: cl.CommandQueue, flag: cla.Array) -> int:
@@ -196,6 +212,42 @@ def _flag(queue: cl.CommandQueue, flag: cla.Array) -> int:
     data = cast(cl.Buffer, flag.data)  # a buffer of the op's own (scratch or the plan's)
     cl.enqueue_copy(queue, got, data, wait_for=flag.events, is_blocking=True)
     return int(got[0])
+
+
+class _Flag:
+    """A queue's flag for the fast paths: an int the kernels OR their bits into, 0 between
+    calls (so that no kernel clears it first), read into a pinned host int; its lock holds
+    one call at a time from the launch to the read."""
+
+    def __init__(self, queue: cl.CommandQueue) -> None:
+        self.lock = threading.Lock()
+        self.array = cla.to_device(queue, np.zeros(1, np.int32))
+        self.array.events.clear()  # a blocking copy: no call need wait for it
+        pinned = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, 4)
+        both = cast(cl.map_flags, cl.map_flags.READ | cl.map_flags.WRITE)
+        self.host, _ = cl.enqueue_map_buffer(queue, pinned, both, 0, (1,), np.dtype(np.int32))
+        self.pinned = pinned  # mapped for good: self.host is its memory
+
+    def read(self, queue: cl.CommandQueue, out: cla.Array) -> int:
+        """The bits the kernels set, once `out` is written; the flag is 0 again after."""
+        data = cast(cl.Buffer, self.array.data)
+        cl.enqueue_copy(queue, self.host, data, wait_for=out.events, is_blocking=True)
+        bits = int(self.host[0])
+        if bits:
+            self.clear(queue)
+        return bits
+
+    def clear(self, queue: cl.CommandQueue) -> None:
+        data = cast(cl.Buffer, self.array.data)
+        cl.enqueue_copy(queue, data, np.zeros(1, np.int32), is_blocking=True)
+
+
+_flags: LRU[_Flag] = LRU(lambda: policy.current().queues_kept)
+
+
+def _flag_of(queue: cl.CommandQueue) -> _Flag:
+    held = _flags.get(queue.int_ptr)
+    return held if held is not None else _flags.put(queue.int_ptr, _Flag(queue))
 
 
 def _queue(
@@ -227,6 +279,35 @@ def _scratch(queue: cl.CommandQueue, shape: tuple[int, ...], dtype: npt.DTypeLik
     return cla.empty(queue, shape, np.dtype(dtype), allocator=pool)
 
 
+# _checked's result per call signature: the device's name, (output shape, planes, output
+# plane size, whether the fast path can run).
+_checks: LRU[tuple[str, tuple[tuple[int, ...], int, int, bool]]] = LRU(
+    lambda: policy.current().plans_kept
+)
+policy.on_change(_checks.clear)
+
+
+def _checked(
+    where: Where, spatial: int, window: Window, x: np.ndarray | cla.Array,
+    indices: np.ndarray | cla.Array, queue: cl.CommandQueue,
+) -> tuple[tuple[int, ...], int, int, bool]:  # fmt: skip
+    """The dtype check on `queue`'s device, then _geometry and _gathers of a call: the
+    output's shape, the planes, the output plane's size and whether the fast path can run.
+    Once per call signature, as ops._run plans (a repeat call skips ATen's checks)."""
+    key = (spatial, repr(window), x.shape, x.dtype, indices.shape, indices.dtype, queue.int_ptr)
+    held = _checks.get(key)
+    if held is not None:
+        where.device = held[0]
+        return held[1]
+    where.device = queue.device.name.strip()
+    problem = plans.dtype_problem(x.dtype, queue.device)
+    if problem:
+        raise Problem(UnsupportedDtypeError, problem)
+    out_shape, planes, _, op = _geometry(x, indices, spatial, window)
+    checked = (out_shape, planes, op, _gathers(spatial, window, op))
+    return _checks.put(key, (where.device, checked))[1]
+
+
 def _unpool(
     spatial: int,
     input: Tensor,
@@ -242,11 +323,7 @@ def _unpool(
         x, idx = map(_host, arrays)
         where.dtype = x.dtype
         q = _queue(device, queue, out, arrays)
-        where.device = q.device.name.strip()
-        problem = plans.dtype_problem(x.dtype, q.device)
-        if problem:
-            raise Problem(UnsupportedDtypeError, problem)
-        out_shape, planes, _, op = _geometry(x, idx, spatial, window)
+        out_shape, planes, op, gathers = _checked(where, spatial, window, x, idx, q)
         work = planes and op and x.size
         if work and not isinstance(idx, cla.Array):
             bad = (idx < 0) | (idx >= op)
@@ -258,17 +335,23 @@ def _unpool(
         # out=: one Array (ops._run checks it); the runs on q give Arrays
         got = cast(cla.Array | None, out) if out is not None or mine else _scratch(
             q, out_shape, x.dtype)  # fmt: skip
-        flag = None if got is None else _scratch(q, (1,), np.int32)
         params = (spatial, window, device)
         bits = 2  # bit 2: an index outside its window, so clear, claim and scatter
-        if _gathers(spatial, window, op):
-            given = None if got is None or flag is None else (got, flag)
-            run = ops._run(label, _plan_forward, arrays, (*params, True), q, given, 2)
-            got, flag = cast(tuple[cla.Array, cla.Array], run)
-            bits = _flag(q, flag) if work else 0
+        if gathers:
+            state = _flag_of(q)
+            with state.lock:
+                try:
+                    fast = (*arrays, state.array)
+                    run = ops._run(label, _plan_forward, fast, (*params, True), q, got)
+                    got = cast(cla.Array, run[0])
+                    bits = state.read(q, got) if work else 0
+                except BaseException:  # the flag stays 0 for the next call
+                    state.clear(q)
+                    raise
         if bits & 2:
-            owned = None if got is None or flag is None else (
-                got, _scratch(q, (planes * op,), np.int32), flag)  # fmt: skip
+            owned = None
+            if got is not None:
+                owned = (got, _scratch(q, (planes * op,), np.int32), _scratch(q, (1,), np.int32))
             run = ops._run(label, _plan_forward, arrays, (*params, False), q, owned, 3)
             got, _, flag = cast(tuple[cla.Array, cla.Array, cla.Array], run)
             bits = _flag(q, flag) if work else 0

@@ -5,7 +5,8 @@
  * PyTorch's CPU: an owner map holds, per output, the largest input position that names
  * it (atomic_max on 32-bit ints, core OpenCL 1.1), and only that input writes. An index
  * outside [0, OP) is skipped and sets flag[0]. Where every index lies in its input's
- * window, max_unpool_window gathers instead, with no owner map and no atomics. */
+ * window, max_unpool_window gathers instead, with no owner map and no atomics; where the
+ * windows also tile the output, max_unpool_tile writes each output from its one owner. */
 
 #include "clpool.h"
 
@@ -40,12 +41,6 @@
 
 /* Whether output a lies outside input o's window [o * s - p, o * s - p + k). */
 #define OUTSIDE(a, o, k, s, p) ((a) < (o) * (s) - (p) || (a) >= (o) * (s) - (p) + (k))
-
-/* flag = 0, before max_unpool_window. */
-__kernel void max_unpool_flag_clear(__global int *restrict flag)
-{
-    flag[0] = 0;
-}
 
 /* The fast path, one work-item per input (dimension 0 its column, 1 its row of depth *
  * height). It writes the outputs it is the latest reaching input of: each the latest
@@ -97,6 +92,66 @@ __kernel void max_unpool_window(__global const elem_t *restrict x,
                 else
                     COPY_STORE(out, out0 + j, COPY_LOAD(x, found));
             }
+}
+
+/* max_unpool_tile's window (its programs only; 1 in the others). */
+#ifndef CLPOOL_UNPOOL_SH
+#define CLPOOL_UNPOOL_SH 1
+#define CLPOOL_UNPOOL_SW 1
+#endif
+
+/* The type COPY_LOAD gives: a bfloat16's bits, else the computed type. */
+#if CLPOOL_DTYPE == 17
+#define COPY_T elem_t
+#else
+#define COPY_T acc_t
+#endif
+
+/* The fast path where the windows tile the output plane (1-D and 2-D; kernel size =
+ * stride, -DCLPOOL_UNPOOL_SH and -DCLPOOL_UNPOOL_SW, no padding): an output's owner is the
+ * one input whose window holds it (none past the last window). One work-item per output
+ * column (dimension 0) and CLPOOL_ROWS rows of owners (dimension 1): each of the SH output
+ * rows of an owner row is the owner's value where its index names that output, else 0.
+ * The work-items of a window's first column check its index: flag bit 1 outside the
+ * plane, bit 2 outside the window (then the caller runs clear, claim and scatter). */
+__kernel void max_unpool_tile(__global const elem_t *restrict x,
+                              __global const index_t *restrict indices,
+                              __global elem_t *restrict out, __global int *restrict flag,
+                              UNPOOL_SIZES, int IH, int IW, int OH, int OW)
+{
+    int jw = (int)get_global_id(0), oh0 = (int)get_global_id(1) * CLPOOL_ROWS;
+    if (jw >= OW)
+        return;
+    int ow = jw / CLPOOL_UNPOOL_SW, first = jw == ow * CLPOOL_UNPOOL_SW;
+    long in0 = PLANE_ID() * IP, out0 = PLANE_ID() * OP;
+    index_t at[CLPOOL_ROWS];
+    COPY_T v[CLPOOL_ROWS];
+    for (int r = 0; r < CLPOOL_ROWS; ++r) { /* the loads first: all in flight at once */
+        int oh = oh0 + r, owned = oh < IH && ow < IW;
+        at[r] = owned ? indices[in0 + oh * IW + ow] : -1;
+        v[r] = owned ? COPY_LOAD(x, in0 + oh * IW + ow) : (COPY_T)0;
+        if (owned && first && (at[r] < 0 || (long)at[r] >= OP)) {
+            atomic_or((volatile __global int *)flag, 1);
+        } else if (owned && first) {
+            int d = (int)at[r] - oh * CLPOOL_UNPOOL_SH * OW - jw, inside = 0;
+            for (int u = 0; u < CLPOOL_UNPOOL_SH; ++u) { /* a row past OH: at >= OP */
+                int e = d - u * OW; /* the index's column offset in window row u */
+                inside |= e >= 0 && e < CLPOOL_UNPOOL_SW && jw + e < OW;
+            }
+            if (!inside)
+                atomic_or((volatile __global int *)flag, 2);
+        }
+    }
+    for (int r = 0; r < CLPOOL_ROWS; ++r)
+        for (int u = 0; u < CLPOOL_UNPOOL_SH; ++u) {
+            int jh = (oh0 + r) * CLPOOL_UNPOOL_SH + u, j = jh * OW + jw;
+            if (jh >= OH)
+                break;
+            if (at[r] == j)
+                COPY_STORE(out, out0 + j, v[r]);
+            else
+                STORE(out, out0 + j, (acc_t)0);
+        }
 }
 
 /* The CPU's fast path, one work-item per plane: zeros, then each input in order writes

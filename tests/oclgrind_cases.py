@@ -29,7 +29,7 @@ the ndhwc/ cases), clpool_contiguous (launched directly, and by the adaptive max
 on strided 5-D arrays), adaptive_max_pool_forward (with and without indices, int32 and
 int64) and adaptive_max_pool_backward and its `_plane` twin (including indices outside the
 volume), max_unpool_clear/claim/scatter/gather (unpool_cases) and the 3-D kernels of
-pool3d.cl (WINDOWS_3D), max_unpool_flag_clear/window/plane (unpool_window_cases), in
+pool3d.cl (WINDOWS_3D), max_unpool_window/tile/plane (unpool_window_cases), in
 float32 and float64; and a few of them in bfloat16 (bfloat16_cases).
 """
 
@@ -547,11 +547,13 @@ UNPOOL_WINDOWS = [
     ("1d-overlap", (1, 2, 6), 3, 1, 1, None),
     ("2d-pad", (1, 2, 3, 4), 3, 2, 1, (6, 7)),
     ("3d-run-to-end", (1, 1, 2, 2, 3), 2, None, 0, (5, 4, 7)),
+    ("2d-tile-past-the-windows", (1, 2, 3, 4), 2, None, 0, (7, 9)),  # max_unpool_tile
+    ("1d-tile-clipped", (2, 1, 5), 3, None, 0, (14,)),
 ]
 
 
 def unpool_window_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
-    """max_unpool_flag_clear, max_unpool_window and max_unpool_plane: indices inside their
+    """max_unpool_window, max_unpool_tile and max_unpool_plane: indices inside their
     inputs' windows, often naming one output (the later input wins), and the same
     reversed along rows (the gather falls back); int64 and int32."""
     from clpool import unpool

@@ -127,9 +127,17 @@ def test_overlapping_windows_the_later_input_wins_on_the_fast_path(spatial, laun
     _agrees_with_torch(*compared)
 
 
-FAST = ["max_unpool_flag_clear", "max_unpool_window"]
+FAST = ["max_unpool_window"]
 GENERAL = ["max_unpool_clear", "max_unpool_claim", "max_unpool_scatter"]
-PLANE = ["max_unpool_flag_clear", "max_unpool_plane"]
+PLANE = ["max_unpool_plane"]
+
+
+def _as_launched(kernels: list[str], spatial: int, k, s, p) -> list[str]:
+    """The kernels of a fast-path list that a call of (spatial, k, s, p) launches: the
+    window gather of tiling windows (1-D, 2-D; kernel = stride, no padding) is
+    max_unpool_tile."""
+    tiles = spatial < 3 and k == s and p == 0
+    return [("max_unpool_tile" if n == "max_unpool_window" and tiles else n) for n in kernels]
 
 
 @pytest.fixture(params=["window", "plane"])
@@ -154,7 +162,8 @@ def test_max_pool_indices_take_the_fast_path(spatial, launched, device, fast):
             launched.clear()
             got = OURS[spatial](yy, ii, k, s, p, size)
             got = got.get() if isinstance(got, cla.Array) else got.numpy()
-            assert same_bits(got, want) and [n for n, _ in launched] == fast[0], (k, s, p)
+            kernels = _as_launched(fast[0], spatial, k, s, p)
+            assert same_bits(got, want) and [n for n, _ in launched] == kernels, (k, s, p)
 
 
 def test_an_index_outside_its_window_falls_back(launched, device, fast):
@@ -174,8 +183,73 @@ def test_an_index_outside_its_window_falls_back(launched, device, fast):
             launched.clear()
             got = clpool.max_unpool2d(yy, ii, 2, 2, 0, x.shape[-2:])
             got = got.get() if isinstance(got, cla.Array) else got.numpy()
-            assert same_bits(got, want) and [n for n, _ in launched] == fast[1], where
+            kernels = _as_launched(fast[1], 2, 2, 2, 0)
+            assert same_bits(got, want) and [n for n, _ in launched] == kernels, where
         compared.append((want, F.max_unpool2d(y, bad, 2, 2, 0, x.shape[-2:])))
+    _agrees_with_torch(*compared)
+
+
+def _tiling_cases(spatial: int):
+    """(x, indices, k, output size, bad) for windows tiling the output (kernel = stride, no
+    padding): each index inside its own window, clipped to an output smaller than the
+    default, equal to it or larger (outputs in no window); and `bad` copies of the
+    indices with one index moved inside the plane but outside its window (another
+    window's output, an output in no window, or past a clipped window's last column,
+    which is the next row's first)."""
+    rng = np.random.default_rng(90 + spatial)
+    for k in ((2,), (3,), (2, 3))[: 3 if spatial == 2 else 2]:
+        ks = k * spatial if len(k) == 1 else k
+        sizes = tuple(int(v) for v in rng.integers(2, 5, spatial))
+        for extra in (-1, 0, 1):
+            out = tuple(n * kk + extra for n, kk in zip(sizes, ks, strict=True))
+            shape = (2, 3, *sizes)
+            at = []
+            for axis, (n, kk, o) in enumerate(zip(sizes, ks, out, strict=True)):
+                start = (np.arange(n) * kk).reshape((n,) + (1,) * (spatial - axis - 1))
+                span = np.minimum(start + kk, o) - start  # the window, clipped
+                at.append(start + rng.integers(0, 1 << 20, shape) % span)
+            idx = np.ravel_multi_index(tuple(at), out)
+            bad = []
+            other = idx.copy()
+            other[1, 2, ..., -1] = idx[0, 0].flat[0]  # the first window's output
+            bad.append(other)
+            if extra > 0:  # the last output, in no window
+                nowhere = idx.copy()
+                nowhere[0, 1].flat[-1] = int(np.prod(out)) - 1
+                bad.append(nowhere)
+            if extra < 0 and spatial == 2:  # one past the first row's last column
+                wrap = idx.copy()
+                wrap[1, 0, 0, -1] = out[1]
+                bad.append(wrap)
+            x = rng.standard_normal(shape).astype(np.float32)
+            yield x, idx.astype(np.int64), k if len(k) == 1 else ks, out, bad
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("spatial", [1, 2])
+def test_tiling_windows_take_the_tile_path(spatial, rows, launched, device):
+    """Windows tiling the output: max_unpool_tile writes each output from its owner (on
+    device indices, int64 and int32, with 1 or 3 rows of owners per work-item); an index
+    outside its window inside the plane falls back to clear, claim and scatter."""
+    from clpool import policy
+
+    queue = clpool.default_queue(device)
+    tile = ["max_unpool_tile"]
+    compared = []
+    with policy.use(per_plane=False, rows=rows):
+        for x, idx, k, out, bad in _tiling_cases(spatial):
+            kk = k[0] if len(k) == 1 else k
+            for indices, kernels in ((idx, tile), *((b, tile + GENERAL) for b in bad)):
+                want = ref.max_unpool(x, indices, spatial, kk, kk, 0, out).astype(np.float32)
+                for kind in (np.int64, np.int32):
+                    launched.clear()
+                    xd, idd = cla.to_device(queue, x), cla.to_device(queue, indices.astype(kind))
+                    got = OURS[spatial](xd, idd, kk, kk, 0, out).get()
+                    assert same_bits(got, want), (k, out, kind)
+                    assert [n for n, _ in launched] == kernels, (k, out)
+                theirs = UNPOOL[spatial](torch.from_numpy(x), torch.from_numpy(indices), kk,
+                                         kk, 0, out)  # fmt: skip
+                compared.append((want, theirs))
     _agrees_with_torch(*compared)
 
 
@@ -201,7 +275,7 @@ def test_an_index_outside_the_output_is_flagged_by_the_fast_path(launched, devic
         with pytest.raises(PoolArgumentError, match="invalid max index") as info:
             clpool.max_unpool2d(*_host_and_device(queue, y, bad)[1], 2)
         check_error(info, "max_unpool2d", device, "float32")
-        assert [n for n, _ in launched] == fast[0]
+        assert [n for n, _ in launched] == _as_launched(fast[0], 2, 2, 2, 0)
 
 
 def test_the_later_of_two_named_in_reverse_order_wins():
