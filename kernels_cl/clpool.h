@@ -15,6 +15,8 @@
  *   -DCLPOOL_KH=.. .. -DCLPOOL_DW=..   window sizes as constants (below)
  *   -DCLPOOL_UNROLL           unroll the loops over such a window (below)
  *   -DCLPOOL_VEC4 -DCLPOOL_PH=.. -DCLPOOL_PW=..   forward rows as vload4 chunks (below)
+ *   -DCLPOOL_VEC8             bfloat16: those chunks 8 elements long (below)
+ *   -DCLPOOL_PACK=2|4         bfloat16: tile rows stored 2 or 4 at a time (STORE_COLS)
  *   -DCLPOOL_NO_INDICES       max_pool2d: values only (max_pool.cl)
  *   -DCLPOOL_NO_LANES16       no 16-lane vector code at all: the per-plane CPU kernels
  *                             take one output (and store one element) at a time, and
