@@ -145,6 +145,7 @@ def _plan_max_forward(
         win,
         w,
         planes=n * c,
+        row=win.ow,
     )
     out_shape = _unbatched((n, c, win.oh, win.ow), x.ndim)
     p.output("out", out_shape, like=0)
@@ -250,7 +251,7 @@ def _plan_max_backward(
     shapes.expect_shape("indices", indices.shape, out_shape)
     p.index_bits = _given_index_bits(indices)
     _check_index_range(p.index_bits, h * w)
-    p.specialize("max_pool2d_backward", (h * w, win.oh * win.ow), win, planes=n * c)
+    p.specialize("max_pool2d_backward", (h * w, win.oh * win.ow), win, planes=n * c, row=w)
     p.output("grad_x", x.shape, like=1)
     views = {"grad_out": 0, "indices": 2}
     if n * c and p.strided:
@@ -306,7 +307,7 @@ def _plan_avg_forward(
     win, include_pad, div = _avg_window(
         h, w, kernel_size, stride, padding, ceil_mode, include_pad, override
     )
-    p.specialize("avg_pool2d_forward", (h * w, win.oh * win.ow), win, w, planes=n * c)
+    p.specialize("avg_pool2d_forward", (h * w, win.oh * win.ow), win, w, planes=n * c, row=win.ow)
     p.output("out", _unbatched((n, c, win.oh, win.ow), x.ndim), like=0)
     sizes = _avg_sizes(win, h, w, include_pad, div)
     if n * c and p.strided:
@@ -345,7 +346,7 @@ def _plan_avg_backward(
         h, w, kernel_size, stride, padding, ceil_mode, include_pad, override
     )
     shapes.expect_shape("grad_output", grad.shape, x.shape[:-2] + (win.oh, win.ow))
-    p.specialize("avg_pool2d_backward", (h * w, win.oh * win.ow), win, planes=n * c)
+    p.specialize("avg_pool2d_backward", (h * w, win.oh * win.ow), win, planes=n * c, row=w)
     p.output("grad_x", x.shape, like=1)
     sizes = _avg_sizes(win, h, w, include_pad, div)
     if n * c and p.strided:
@@ -511,6 +512,7 @@ def _plan_adaptive_backward(
             win,
             planes=n * c,
             constants=_fixed_cells(p, win),
+            row=w,
         )
         divisor = shapes.avg_divisor((h, w), win, True, 0)
         p.step_by_plane(

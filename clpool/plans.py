@@ -217,6 +217,7 @@ class Planner:
         width: int | None = None,
         planes: int | None = None,
         constants: bool | None = None,
+        row: int | None = None,
     ) -> None:
         """Choose the build variant: the tile per work-item tuned for kernel `tuned_as`
         (none where the op runs one work-item per plane, given its number of `planes`),
@@ -227,14 +228,20 @@ class Planner:
 
         On a GPU the loops over such a window unroll, and a forward kernel passes its
         input `width`: a small window whose tiles start at multiples of four columns of a
-        row of a multiple of four then loads rows as vectors."""
+        row of a multiple of four then loads rows as vectors (bfloat16: of eight where
+        they start at multiples of eight). A bfloat16 tiled kernel on a GPU passes the
+        length of the rows it stores, `row`: it stores 2 or 4 columns at once where they
+        divide the row and the tile's columns."""
         device, pol = self.rt.device, self.policy
         self.by_plane = planes is not None and pol.by_plane(
             device, self.dtype, planes, "backward" in tuned_as
         )
         stride1 = win is not None and (win.sh, win.sw) == (1, 1)
+        bf16 = is_bfloat16(self.dtype)
         # No tile per plane: for most windows, a backward op runs in its forward's program.
-        self.rows, self.cols = (1, 1) if self.by_plane else pol.tile(device, tuned_as, stride1)
+        self.rows, self.cols = (
+            (1, 1) if self.by_plane else pol.tile(device, tuned_as, stride1, bf16)
+        )
         area = win.kh * win.kw if win is not None else 0
         options = ["-DCLPOOL_LARGE_PLANE"] if max(*extents, area) >= 2**31 else []
         if constants is None:
@@ -255,6 +262,11 @@ class Planner:
                 options.append("-DCLPOOL_UNROLL")
                 if width is not None and width % 4 == 0 and self.cols * win.sw % 4 == 0:
                     options += ["-DCLPOOL_VEC4", f"-DCLPOOL_PH={win.ph}", f"-DCLPOOL_PW={win.pw}"]
+                    if bf16 and width % 8 == 0 and self.cols * win.sw % 8 == 0:
+                        options.append("-DCLPOOL_VEC8")
+        if bf16 and self.gpu and row is not None and self.family in TILED_FAMILIES:
+            pack = next((n for n in (4, 2) if self.cols % n == 0 and row % n == 0), None)
+            options += [f"-DCLPOOL_PACK={pack}"] if pack else []
         self.options = tuple(options)
 
     def kernel(self, name: str, own: bool = False) -> cl.Kernel:

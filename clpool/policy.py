@@ -44,6 +44,13 @@ TILES = {
         "adaptive_max_pool_backward": (2, 1),
         # rows of owners per work-item: H200, [32,64,56,56] to 112x112, 1 row 74 us, 4 rows 70
         "max_unpool_tile": (4, 1),
+        # bfloat16 (16-bit elements: twice the columns for the same bytes per load and
+        # store; k3 s2 of [128,64,128,128] on the H200, BENCHMARKS.md)
+        "max_pool2d_values bfloat16": (4, 4),
+        "avg_pool2d_forward bfloat16": (2, 4),
+        "max_pool2d_backward bfloat16": (8, 4),
+        "avg_pool2d_backward bfloat16": (4, 4),
+        "adaptive_avg_pool2d_backward equal bfloat16": (32, 4),
     },
     "CPU": {
         "avg_pool2d_backward": (4, 2),
@@ -102,11 +109,16 @@ class Policy:
             return self.per_plane
         return not self.on_gpu(device) and planes >= 2 * device.max_compute_units
 
-    def tile(self, device: cl.Device, kernel: str, stride1: bool = False) -> tuple[int, int]:
+    def tile(
+        self, device: cl.Device, kernel: str, stride1: bool = False, bfloat16: bool = False
+    ) -> tuple[int, int]:
         """(rows, columns) each work-item of `kernel` handles (`stride1`: its window's
-        stride is 1)."""
+        stride is 1; `bfloat16`: its dtype is, where a tile is tuned for that)."""
         table = self.tiles["GPU" if self.on_gpu(device) else "CPU"]
-        rows, cols = table.get(f"{kernel} s1" if stride1 else kernel) or table.get(kernel, (1, 1))
+        names = [f"{kernel} s1"] if stride1 else []
+        names += [f"{kernel} bfloat16"] if bfloat16 else []
+        tuned = next((table[name] for name in names if name in table), None)
+        rows, cols = tuned or table.get(kernel, (1, 1))
         # at most shapes.MAX_TILE: the window checks keep positions in 32 bits for it
         return min(self.rows or rows, MAX_TILE), min(self.cols or cols, MAX_TILE)
 

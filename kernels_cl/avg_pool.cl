@@ -57,12 +57,14 @@ __kernel void avg_pool2d_forward(__global const elem_t *restrict x,
                         sum[r][c] += v;
         }
     }
-    for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r)
-        for (int c = 0; c < CLPOOL_COLS && ow0 + c < OW; ++c) {
-            pos_t div = avg_divisor(hs + r * sh, ws + c * sw, kh, kw, H, W, ph, pw,
-                                    count_include_pad, divisor_override);
-            STORE(out, (plane * OH + oh0 + r) * OW + ow0 + c, sum[r][c] / (acc_t)div);
-        }
+    for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r) {
+        acc_t avg[CLPOOL_COLS];
+        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
+            avg[c] = sum[r][c] / (acc_t)avg_divisor(hs + r * sh, ws + c * sw, kh, kw, H, W,
+                                                    ph, pw, count_include_pad,
+                                                    divisor_override);
+        STORE_COLS(out, (plane * OH + oh0 + r) * OW + ow0, avg, min(CLPOOL_COLS, OW - ow0))
+    }
 }
 
 /* The average of one window starting at (hs, ws), stored at out[o]. */
@@ -159,8 +161,8 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
                     g[r][c] += row[c];
     }
     for (int r = 0; r < CLPOOL_ROWS && ih0 + r < H; ++r)
-        for (int c = 0; c < CLPOOL_COLS && iw0 + c < W; ++c)
-            STORE(grad_x, plane * H * W + (pos_t)(ih0 + r) * W + iw0 + c, g[r][c]);
+        STORE_COLS(grad_x, plane * H * W + (pos_t)(ih0 + r) * W + iw0, g[r],
+                   min(CLPOOL_COLS, W - iw0))
 }
 
 /* The backward for a CPU: one work-item per plane clears it, then adds each window's

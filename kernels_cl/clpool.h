@@ -15,6 +15,8 @@
  *   -DCLPOOL_KH=.. .. -DCLPOOL_DW=..   window sizes as constants (below)
  *   -DCLPOOL_UNROLL           unroll the loops over such a window (below)
  *   -DCLPOOL_VEC4 -DCLPOOL_PH=.. -DCLPOOL_PW=..   forward rows as vload4 chunks (below)
+ *   -DCLPOOL_VEC8             bfloat16: those chunks 8 elements long (below)
+ *   -DCLPOOL_PACK=2|4         bfloat16: tile rows stored 2 or 4 at a time (STORE_COLS)
  *   -DCLPOOL_NO_INDICES       max_pool2d: values only (max_pool.cl)
  *   -DCLPOOL_NO_LANES16       no 16-lane vector code at all: the per-plane CPU kernels
  *                             take one output (and store one element) at a time, and
@@ -64,6 +66,15 @@ inline ushort16 bf16_round16(float16 x)
 #define LOAD16(p, i) as_float16(convert_uint16(vload16(0, (p) + (i))) << 16)
 #define STORE(p, i, v) ((p)[i] = bf16_round(v))
 #define STORE16(p, i, v) vstore16(bf16_round16(v), 0, (p) + (i))
+/* p[i .. i + 7] as one 16-byte load, i a multiple of 8 (the bfloat16 pairs of a uint are
+ * its low and high halves). */
+inline float8 bf16_unpack8(uint4 q)
+{
+    const uint hi = 0xFFFF0000u;
+    return as_float8((uint8)(q.x << 16, q.x & hi, q.y << 16, q.y & hi,
+                             q.z << 16, q.z & hi, q.w << 16, q.w & hi));
+}
+#define LOAD8(p, i) bf16_unpack8(vload4(0, (__global const uint *)((p) + (i))))
 /* The contiguous copy moves the 16 bits as they are. */
 #define COPY_LOAD(p, i) ((p)[i])
 #define COPY_STORE(p, i, v) ((p)[i] = (v))
@@ -184,11 +195,35 @@ inline int tile_start(uint dim, int per_item, int size)
  * and CLPOOL_COLS * CLPOOL_SW % 4 == 0, so that ws % 4 is the constant VEC4_LEAD) it loads
  * them as aligned vload4 chunks into seg[] first, each chunk wholly inside the row or
  * wholly outside it: a quarter of the load instructions (on the H200, max k3 s1
- * [128,64,128,128]: 552 -> 334 us). ROW_VALUE(u) is column ws + u of row h. */
+ * [128,64,128,128]: 552 -> 334 us). ROW_VALUE(u) is column ws + u of row h. bfloat16 with
+ * -DCLPOOL_VEC8 as well (W % 8 == 0, CLPOOL_COLS * CLPOOL_SW % 8 == 0) loads chunks of 8,
+ * as many bytes as a float's vload4 (LOAD8; k3 s2 [128,64,128,128], tile (2, 4): avg
+ * 121 -> 109 us, BENCHMARKS.md). */
 #if defined(CLPOOL_VEC4) && SHORT_COLS
+#ifdef CLPOOL_VEC8
+#define VEC_N 8
+#else
+#define VEC_N 4
+#endif
 #define TILE_SPAN_W ((CLPOOL_COLS - 1) * CLPOOL_SW + (CLPOOL_KW - 1) * CLPOOL_DW + 1)
-#define VEC4_LEAD ((4 - CLPOOL_PW % 4) % 4)
-#define VEC4_CHUNKS ((VEC4_LEAD + TILE_SPAN_W + 3) / 4)
+#define VEC4_LEAD ((VEC_N - CLPOOL_PW % VEC_N) % VEC_N)
+#define VEC4_CHUNKS ((VEC4_LEAD + TILE_SPAN_W + VEC_N - 1) / VEC_N)
+#ifdef CLPOOL_VEC8
+#define LOAD_ROW(seg, xp, h, W, ws)                                                   \
+    acc_t seg[VEC4_CHUNKS * 8];                                                       \
+    UNROLL for (int k_ = 0; k_ < VEC4_CHUNKS; ++k_) {                                 \
+        int w_ = (ws) - VEC4_LEAD + 8 * k_;                                           \
+        float8 v_ = INSIDE(w_, W) ? LOAD8(xp, (pos_t)(h) * (W) + w_) : (float8)0;     \
+        seg[8 * k_] = v_.s0;                                                          \
+        seg[8 * k_ + 1] = v_.s1;                                                      \
+        seg[8 * k_ + 2] = v_.s2;                                                      \
+        seg[8 * k_ + 3] = v_.s3;                                                      \
+        seg[8 * k_ + 4] = v_.s4;                                                      \
+        seg[8 * k_ + 5] = v_.s5;                                                      \
+        seg[8 * k_ + 6] = v_.s6;                                                      \
+        seg[8 * k_ + 7] = v_.s7;                                                      \
+    }
+#else
 #define LOAD_ROW(seg, xp, h, W, ws)                                                   \
     acc_t seg[VEC4_CHUNKS * 4];                                                       \
     UNROLL for (int k_ = 0; k_ < VEC4_CHUNKS; ++k_) {                                 \
@@ -199,10 +234,34 @@ inline int tile_start(uint dim, int per_item, int size)
         seg[4 * k_ + 2] = v_.z;                                                       \
         seg[4 * k_ + 3] = v_.w;                                                       \
     }
+#endif
 #define ROW_VALUE(seg, xp, h, W, ws, u) (seg[VEC4_LEAD + (u)])
 #else
 #define LOAD_ROW(seg, xp, h, W, ws)
 #define ROW_VALUE(seg, xp, h, W, ws, u) LOAD(xp, (pos_t)(h) * (W) + (ws) + (u))
+#endif
+
+/* p[i .. i + n - 1] = v[0 .. n - 1] (n <= CLPOOL_COLS): a tile row's stores. With
+ * -DCLPOOL_PACK=2|4 (bfloat16, on a GPU; the host's choice where i and n are always
+ * multiples of it, and it divides CLPOOL_COLS) every 2 or 4 as one 32- or 64-bit store:
+ * 16-bit stores made the bfloat16 backward ops slower than float32's on the H200
+ * (BENCHMARKS.md). */
+#if CLPOOL_DTYPE == 17 && defined(CLPOOL_PACK)
+#define BF16_PAIR(v, c) ((uint)bf16_round(v[c]) | (uint)bf16_round(v[(c) + 1]) << 16)
+#if CLPOOL_PACK == 4
+#define STORE_PACK(p, i, v, c) \
+    (*(__global uint2 *)((p) + (i)) = (uint2)(BF16_PAIR(v, c), BF16_PAIR(v, (c) + 2)))
+#else
+#define STORE_PACK(p, i, v, c) (*(__global uint *)((p) + (i)) = BF16_PAIR(v, c))
+#endif
+#define STORE_COLS(p, i, v, n)                                                        \
+    UNROLL for (int c_ = 0; c_ < CLPOOL_COLS; c_ += CLPOOL_PACK)                      \
+        if (c_ < (n))                                                                 \
+            STORE_PACK(p, (i) + c_, v, c_);
+#else
+#define STORE_COLS(p, i, v, n)                                                        \
+    for (int c_ = 0; c_ < CLPOOL_COLS && c_ < (n); ++c_)                              \
+        STORE(p, (i) + c_, v[c_]);
 #endif
 
 /* True when 0 <= i < n. */

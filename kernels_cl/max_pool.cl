@@ -88,14 +88,14 @@ __kernel void max_pool2d_forward(__global const elem_t *restrict x,
                         FOLD_MAX(best[r][c], best_i[r][c], v, at)
         }
     }
-    for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r)
-        for (int c = 0; c < CLPOOL_COLS && ow0 + c < OW; ++c) {
-            long o = (plane * OH + oh0 + r) * OW + ow0 + c;
-            STORE(out, o, best[r][c]);
+    for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r) {
+        long o = (plane * OH + oh0 + r) * OW + ow0;
+        STORE_COLS(out, o, best[r], min(CLPOOL_COLS, OW - ow0))
 #ifndef CLPOOL_NO_INDICES
-            indices[o] = (index_t)best_i[r][c];
+        for (int c = 0; c < CLPOOL_COLS && ow0 + c < OW; ++c)
+            indices[o + c] = (index_t)best_i[r][c];
 #endif
-        }
+    }
 }
 
 /* The max of one window starting at (hs, ws), stored at out[o] (and its index): its taps
@@ -210,8 +210,7 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
                     g[c] += at == self + c && INSIDE(left + c, span_w) ? v : (acc_t)0;
             }
         }
-        for (int c = 0; c < CLPOOL_COLS && iw0 + c < W; ++c)
-            STORE(grad_x, plane * H * W + self + c, g[c]);
+        STORE_COLS(grad_x, plane * H * W + self, g, min(CLPOOL_COLS, W - iw0))
     }
 }
 

@@ -444,6 +444,32 @@ def bfloat16_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
         _as_cpu(lambda: clpool.avg_pool2d(x, (1, 3), 1, (0, 1))),
         lambda: ref.avg_pool2d(x, (1, 3), 1, (0, 1)),
     )
+    yield from bfloat16_gpu_cases(dtype)
+
+
+def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    """bfloat16's GPU tiles (planned as for a GPU): rows loaded 8 elements at a time and
+    tile rows stored 4 at a time (-DCLPOOL_VEC8, -DCLPOOL_PACK=4), row tails included."""
+    y = _data((1, 2, 7, 16), dtype, 901, ties=True)
+    g = _data((1, 2, 4, 8), dtype, 902)
+    out, idx = ref.max_pool2d_with_indices(y, 3, 2, 1)
+
+    def gpu(run: Callable[[], object]) -> Callable[[], object]:
+        def wrapped():
+            with policy.use(gpu=True):
+                return run()
+        return wrapped
+
+    yield ("gpu/max_pool2d/wide", gpu(lambda: clpool.max_pool2d(y, 3, 2, 1)),
+           lambda: ref.max_pool2d(y, 3, 2, 1))
+    yield ("gpu/avg_pool2d/wide", gpu(lambda: clpool.avg_pool2d(y, 3, 2, 1)),
+           lambda: ref.avg_pool2d(y, 3, 2, 1))
+    yield ("gpu/max_pool2d_with_indices_backward/wide",
+           gpu(lambda: clpool.max_pool2d_with_indices_backward(g, y, 3, 2, 1, indices=idx)),
+           lambda: ref.max_pool2d_with_indices_backward(g, y, idx, 3, 2, 1))
+    yield ("gpu/avg_pool2d_backward/wide",
+           gpu(lambda: clpool.avg_pool2d_backward(g, y, 3, 2, 1)),
+           lambda: ref.avg_pool2d_backward(g, y, 3, 2, 1))
 
 
 def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None:

@@ -481,6 +481,63 @@ def test_gpu_forms(build_options):
     assert any("-DCLPOOL_VEC4" in options for options in build_options)
 
 
+# (shape, kernel, stride, padding, ceil_mode): rows of a multiple of 8 (16-byte loads)
+# and of 4 (stores of 4), of 2 (stores of 2) and odd; rows and columns past the tiles
+WIDE_CASES = [
+    ((2, 3, 19, 48), 3, 2, 1, False),
+    ((1, 2, 21, 44), 3, 2, 1, True),
+    ((2, 2, 13, 42), 2, 2, 0, False),
+    ((1, 3, 9, 37), 3, 2, 1, True),
+]
+
+
+def test_gpu_wide_forms(build_options):
+    """As planned for a GPU with bfloat16's tiles: rows loaded 8 elements at a time
+    (-DCLPOOL_VEC8) and tile rows stored 2 or 4 at a time (-DCLPOOL_PACK): the same bits
+    as one element per work-item, and torch's (max values and indices, the reference's
+    exact max backward, average pooling rounded once)."""
+    rng = np.random.default_rng(19)
+    for shape, k, s, p, ceil in WIDE_CASES:
+        x = data(rng, shape, special=True)
+        y = data(rng, shape)
+        args = (k, s, p, 1, ceil)
+        runs = []
+        for tile in ({}, {"rows": 1, "cols": 1}):
+            with policy.use(gpu=True, **tile):
+                out, idx = clpool.max_pool2d_with_indices(x, *args)
+                values = clpool.max_pool2d(x, *args)
+                g = data(np.random.default_rng(20), out.shape)
+                back = clpool.max_pool2d_with_indices_backward(g, x, *args, indices=idx)
+                avg = clpool.avg_pool2d(y, k, s, p, ceil)
+                avg_back = clpool.avg_pool2d_backward(g, y, k, s, p, ceil)
+            runs.append([bits(a) for a in (values, back, avg, avg_back)])
+        for wide, one in zip(*runs, strict=True):
+            assert np.array_equal(wide, one), shape
+        want, want_i = F.max_pool2d(tensor(x), *args, return_indices=True)
+        assert np.array_equal(bits(values), bits(want)) and np.array_equal(idx, want_i.numpy())
+        exact = ref.max_pool2d_with_indices_backward(g, x, idx, *args)
+        assert_rounded_once(back, exact, shape, allowed=0)
+        yf = tensor(y).float().requires_grad_()
+        f32 = F.avg_pool2d(yf, k, s, p, ceil)
+        assert_rounded_once(avg, f32.detach().numpy(), shape)
+        f32.backward(tensor(g).float())
+        assert_rounded_once(avg_back, yf.grad.numpy(), shape)
+    built = " ".join(" ".join(options) for options in build_options)
+    assert all(f in built for f in ("-DCLPOOL_VEC8", "-DCLPOOL_PACK=4", "-DCLPOOL_PACK=2"))
+
+
+def test_gpu_wide_adaptive_backward():
+    """Equal adaptive cells (the average pooling backward) with bfloat16's GPU tile."""
+    rng = np.random.default_rng(21)
+    x = data(rng, (2, 3, 32, 48))
+    g = data(rng, (2, 3, 2, 3))
+    with policy.use(gpu=True):
+        got = clpool.adaptive_avg_pool2d_backward(g, x)
+    xf = tensor(x).float().requires_grad_()
+    F.adaptive_avg_pool2d(xf, (2, 3)).backward(tensor(g).float())
+    assert_rounded_once(got, xf.grad.numpy())
+
+
 # ---------------------------------------------------------------- the 3-D ops
 
 
