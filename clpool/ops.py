@@ -120,6 +120,11 @@ def _avg_sizes(win: shapes.Window, h: int, w: int, include_pad: bool, divisor: i
                 divisor_override=divisor)  # fmt: skip
 
 
+def _nhwc_tile(p: Planner, win: shapes.Window) -> tuple[int, int]:
+    """Output rows and pixels per work-item of a channels-last forward _strided kernel."""
+    return p.policy.nhwc_tile(p.rt.device, p.family, (win.sh, win.sw) == (1, 1))
+
+
 def _plan_max_forward(
     where: Where,
     arrays: tuple[object, ...],
@@ -156,8 +161,9 @@ def _plan_max_forward(
     slots = None if with_indices else {"indices": "out"}  # a placeholder, untouched
     if n * c and p.strided:
         p.step_strided(
-            "max_pool2d_forward_strided", {"x": 0}, slots, lanes=4, **_max_sizes(win, h, w)
-        )
+            "max_pool2d_forward_strided", {"x": 0}, slots, lanes=4,
+            tile=_nhwc_tile(p, win), **_max_sizes(win, h, w),
+        )  # fmt: skip
     elif n * c:
         p.step_by_plane(
             "max_pool2d_forward", (win.ow, win.oh, n * c), slots, **_max_sizes(win, h, w)
@@ -311,7 +317,8 @@ def _plan_avg_forward(
     p.output("out", _unbatched((n, c, win.oh, win.ow), x.ndim), like=0)
     sizes = _avg_sizes(win, h, w, include_pad, div)
     if n * c and p.strided:
-        p.step_strided("avg_pool2d_forward_strided", {"x": 0}, lanes=4, **sizes)
+        tile = _nhwc_tile(p, win)
+        p.step_strided("avg_pool2d_forward_strided", {"x": 0}, lanes=4, tile=tile, **sizes)
     elif n * c:
         p.step_by_plane("avg_pool2d_forward", (win.ow, win.oh, n * c), **sizes)
     return p.plan("x")
@@ -426,17 +433,23 @@ def _plan_adaptive_forward(
     if not n * c * oh * ow:
         return p.plan("x")
     if p.strided and whole and p.gpu:
-        # Work-groups of up to 32 channels by slices of rows, as many as fit the device.
+        # Work-groups of up to 8 items (of 4 channels where they take 4) by slices of
+        # pixels, fewer items while that leaves under two groups per compute unit (a
+        # plane of 4-channel items: 32 bytes a pixel, a DRAM sector).
         group = p.group_size("adaptive_avg_pool2d_global_strided", 256)
-        across = min(32, plans.pow2_at_least(c), group)
-        slices = min(group // across, 1 << (h.bit_length() - 1))
+        items = -(-c // 4)
+        across = min(8, plans.pow2_at_least(items), group)
+        while across > 2 and n * -(-items // across) < 2 * p.rt.device.max_compute_units:
+            across //= 2
+        slices = min(group // across, 1 << ((h * w).bit_length() - 1))
         p.step_strided(
             "adaptive_avg_pool2d_global_strided",
             {"x": 0},
+            lanes=4,
             group=(across, slices),
             H=h,
             W=w,
-            scratch=across * slices * acc.itemsize,
+            scratch=4 * across * slices * acc.itemsize,
         )
     elif p.strided:
         p.step_strided("adaptive_avg_pool2d_forward_strided", {"x": 0}, lanes=4, **sizes)

@@ -357,15 +357,17 @@ class Planner:
         slots: dict[str, str] | None = None,
         lanes: int = 1,
         group: tuple[int, int] | None = None,
+        tile: tuple[int, int] = (1, 1),
         **scalars: Any,
     ) -> None:
         """Launch _strided kernel `name` over the elements of the call's first output,
         reading input i through its strides as view `v` for each `v: i` of `views` (its
         offset bound at each call from slot `v_offset`); channels innermost where that
         output is channels-last, `lanes` of them per work-item where the kernel takes that
-        many (its channels_inner), they are contiguous in every view and divide C; or, with
-        `group` (channels, slices), work-groups of that many channels of one image by that
-        many slices."""
+        many (its channels_inner), they are contiguous in every view and divide C, and then
+        a `tile` of outputs (rows, pixels along W: the kernel's CLPOOL_CL_ROWS and
+        CLPOOL_CL_PIX); or, with `group` (items, slices), work-groups of that many items of
+        channels of one image by that many slices."""
         out = self.outputs[0]
         n, c, h, w = (1,) * (4 - len(out.shape)) + out.shape
         strides = (0,) * (4 - len(out.shape)) + tuple(s // out.dtype.itemsize for s in out.strides)
@@ -382,13 +384,16 @@ class Planner:
         channel_strides = {self.strides[i][-3] for i in views.values()} | {strides[1]}
         per_item = lanes if channel_strides == {1} and c % lanes == 0 else 1
         geometry = (c // per_item, w, n * h) if inner else (w, h, n * c)
+        if inner and per_item == 4 and tile != (1, 1):
+            geometry = (c // 4, -(-w // tile[1]), n * -(-h // tile[0]))
+            self.options += (f"-DCLPOOL_CL_ROWS={tile[0]}", f"-DCLPOOL_CL_PIX={tile[1]}")
         sizes, local = ndrange(self.rt.device, *geometry)
-        if group is not None:
-            per_item = 1
-            sizes, local = (-(-c // group[0]) * group[0], group[1], n), (*group, 1)
+        channels_inner = per_item if inner else 0
+        if group is not None:  # items of per_item channels, whatever the output's layout
+            items = -(-(c // per_item) // group[0]) * group[0]
+            sizes, local, channels_inner = (items, group[1], n), (*group, 1), per_item
         self.as_is = True
         kernel = self.kernel(name, own=True)
-        channels_inner = per_item if inner else 0
         launch = kernels.bind(
             kernel, sizes, local, slots, C=c, channels_inner=channels_inner, **scalars
         )

@@ -302,10 +302,10 @@ __kernel void adaptive_avg_pool2d_plane(__global const elem_t *restrict x,
 }
 
 /* adaptive_avg_pool2d_forward for an input of any strides, the result written through
- * out's strides: one output per work-item (4 channels with channels_inner == 4, see
- * load_lanes), its cell summed in window_sum's blocks of up to
- * 16 rows by 64 columns, each folded into a compensated total (so that an infinity in a
- * small cell gives what it does there, not the NaN of a second fold). */
+ * out's strides: one output per work-item (4 channels with channels_inner == 4), its cell
+ * summed in window_sum's blocks of up to 16 rows by 64 columns, each folded into a
+ * compensated total (so that an infinity in a small cell gives what it does there, not
+ * the NaN of a second fold). */
 __kernel void adaptive_avg_pool2d_forward_strided(__global const elem_t *restrict x,
                                                   __global elem_t *restrict out,
                                                   STRIDED_FORWARD_SIZES, int H, int W, int OH,
@@ -317,27 +317,28 @@ __kernel void adaptive_avg_pool2d_forward_strided(__global const elem_t *restric
     __global const elem_t *xp = x + AT(x, o.n, o.c, 0, 0);
     int h0 = cell_start(o.h, H, OH), h1 = cell_end(o.h, H, OH);
     int w0 = cell_start(o.w, W, OW), w1 = cell_end(o.w, W, OW);
-    int lanes = channels_inner == 4 ? 4 : 1;
+    int lanes = channels_inner == 4 ? 4 : 1, aligned = lanes == 4 && ALIGNED4(x, out);
     acc4_t total = 0, comp = 0;
     for (int b = h0, b1; b < h1; b = b1) {
         b1 = h1 - b > 16 ? b + 16 : h1;
         for (int a = w0, a1; a < w1; a = a1) {
             a1 = w1 - a > 64 ? a + 64 : w1;
             acc4_t s = 0;
-            for (int h = b; h < b1; ++h)
+            for (int h = b; h < b1; ++h) {
+                long row = (long)h * x_sh;
                 for (int w = a; w < a1; ++w)
-                    s += load_lanes(xp, (long)h * x_sh + (long)w * x_sw, lanes);
+                    s += load_lanes(xp, row + (long)w * x_sw, lanes, aligned);
+            }
             add_compensated4(&total, &comp, s);
         }
     }
     acc4_t mean = total / (acc_t)(h1 - h0) / (acc_t)(w1 - w0);
-    store_lanes(out, AT_OUT(out, o.n, o.c, o.h, o.w), mean, lanes);
+    store_lanes(out, AT_OUT(out, o.n, o.c, o.h, o.w), mean, lanes, aligned);
 }
 
 /* adaptive_avg_pool2d_backward for a grad_out of any strides, grad_x written through its
- * own: one input element per work-item (4 channels with channels_inner == 4, see
- * load_lanes) adds the share of each cell containing it, in output order (the per-plane
- * kernel's sums). */
+ * own: one input element per work-item (4 channels with channels_inner == 4) adds the
+ * share of each cell containing it, in output order (the per-plane kernel's sums). */
 __kernel void adaptive_avg_pool2d_backward_strided(__global const elem_t *restrict grad_out,
                                                    __global elem_t *restrict grad_x,
                                                    STRIDED_BACKWARD_SIZES, int H, int W,
@@ -348,46 +349,57 @@ __kernel void adaptive_avg_pool2d_backward_strided(__global const elem_t *restri
         return;
     int oh0 = cell_start(e.h, OH, H), oh1 = cell_end(e.h, OH, H);
     int ow0 = cell_start(e.w, OW, W), ow1 = cell_end(e.w, OW, W);
-    int lanes = channels_inner == 4 ? 4 : 1;
+    int lanes = channels_inner == 4 ? 4 : 1, aligned = lanes == 4 && ALIGNED4(grad_out, grad_x);
+    long g0 = AT(grad_out, e.n, e.c, 0, 0);
     acc4_t g = 0;
     for (int oh = oh0; oh < oh1; ++oh) {
         int rows = cell_end(oh, H, OH) - cell_start(oh, H, OH);
         for (int ow = ow0; ow < ow1; ++ow) {
             int cols = cell_end(ow, W, OW) - cell_start(ow, W, OW);
-            acc4_t v = load_lanes(grad_out, AT(grad_out, e.n, e.c, oh, ow), lanes);
-            g += v / (acc_t)rows / (acc_t)cols;
+            long i = g0 + (long)oh * grad_out_sh + (long)ow * grad_out_sw;
+            g += load_lanes(grad_out, i, lanes, aligned) / (acc_t)rows / (acc_t)cols;
         }
     }
-    store_lanes(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g, lanes);
+    store_lanes(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g, lanes, aligned);
 }
 
 /* Global (1x1) average pooling for an input of any strides on a GPU: a work-group takes
- * get_local_size(0) channels of one image (neighbouring work-items, neighbouring channels:
- * coalesced on channels-last data), its get_local_size(1) slices (a power of two) each sum
- * every slice-th row, and local memory adds the slices. A work-item per channel summing
- * its whole plane leaves a GPU nearly idle (N * C work-items). */
+ * get_local_size(0) items of channels of one image (neighbouring work-items,
+ * neighbouring channels: coalesced on channels-last data; 4 channels each with
+ * channels_inner == 4), and its get_local_size(1) slices (a power of two) each sum every
+ * slice-th pixel of the plane in row-major order; local memory adds the slices in a fixed
+ * tree, so that results are the same run to run. Groups of few channels by many slices
+ * keep the whole GPU busy: a work-item per channel summing its plane leaves it nearly
+ * idle (N * C work-items). */
 __kernel void adaptive_avg_pool2d_global_strided(__global const elem_t *restrict x,
                                                  __global elem_t *restrict out,
                                                  STRIDED_FORWARD_SIZES, int H, int W,
                                                  __local acc_t *scratch)
 {
-    int c = get_global_id(0), slice = get_local_id(1), slices = get_local_size(1);
+    int lanes = channels_inner == 4 ? 4 : 1, aligned = lanes == 4 && ALIGNED4(x, out);
+    int c = get_global_id(0) * lanes, slice = get_local_id(1), slices = get_local_size(1);
     int across = get_local_size(0), lid = slice * across + get_local_id(0);
-    long n = get_global_id(2);
-    acc_t s = 0;
+    long n = get_global_id(2), HW = (long)H * W;
+    acc4_t s = 0;
     if (c < C) {
         __global const elem_t *xp = x + AT(x, n, c, 0, 0);
-        for (int h = slice; h < H; h += slices)
-            for (int w = 0; w < W; ++w)
-                s += LOAD(xp, (long)h * x_sh + (long)w * x_sw);
+        if (x_sh == W * x_sw) { /* pixel p at p * x_sw (dense rows) */
+#pragma unroll 8
+            for (long p = slice; p < HW; p += slices)
+                s += load_lanes(xp, p * x_sw, lanes, aligned);
+        } else {
+            for (long p = slice; p < HW; p += slices)
+                s += load_lanes(xp, p / W * x_sh + p % W * x_sw, lanes, aligned);
+        }
     }
-    scratch[lid] = s;
+    vstore4(s, lid, scratch);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int half_n = slices / 2; half_n > 0; half_n /= 2) {
         if (slice < half_n)
-            scratch[lid] += scratch[lid + half_n * across];
+            vstore4(vload4(lid, scratch) + vload4(lid + half_n * across, scratch), lid, scratch);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (slice == 0 && c < C)
-        STORE(out, AT_OUT(out, n, c, 0, 0), scratch[lid] / (acc_t)H / (acc_t)W);
+        store_lanes(out, AT_OUT(out, n, c, 0, 0), vload4(lid, scratch) / (acc_t)H / (acc_t)W,
+                 lanes, aligned);
 }

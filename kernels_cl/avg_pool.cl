@@ -197,9 +197,66 @@ __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out
     }
 }
 
+/* The sums of the CLPOOL_CL_ROWS x CLPOOL_CL_PIX windows of a channels-last forward tile,
+ * starting at (hs + r * sh, ws + k * sw), over 4 channels, divided and those of the first
+ * `rows` x `pixels` stored from `at`, `step_h` and `step_w` apart: each window adds its
+ * taps inside the plane in row-major order. With the window sizes as constants, one pass
+ * over the rows of their input, each element loaded once and added to every window that
+ * covers it (all loads of a row in flight together). */
+#ifdef CLPOOL_KH
+#define CL_SPAN_H ((CLPOOL_CL_ROWS - 1) * CLPOOL_SH + CLPOOL_KH)
+#define CL_SPAN_W ((CLPOOL_CL_PIX - 1) * CLPOOL_SW + CLPOOL_KW)
+#endif
+inline void avg_tile4(__global const elem_t *xp, __global elem_t *out, long at, long step_h,
+                      long step_w, int rows, int pixels, int H, int W, int hs, int ws, int kh,
+                      int kw, int sh, int sw, int ph, int pw, int count_include_pad,
+                      int divisor_override, long x_sh, long x_sw, int aligned)
+{
+#ifdef CLPOOL_KH
+    acc4_t sum[CLPOOL_CL_ROWS][CLPOOL_CL_PIX];
+    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+        UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k)
+            sum[r][k] = 0;
+    UNROLL for (int t = 0; t < CL_SPAN_H; ++t) {
+        int h = hs + t;
+        if (!INSIDE(h, H))
+            continue;
+        long row = (long)h * x_sh + (long)ws * x_sw;
+        UNROLL for (int u = 0; u < CL_SPAN_W; ++u) {
+            if (!INSIDE(ws + u, W))
+                continue;
+            acc4_t v = LOAD4CL(xp, row + u * x_sw, aligned);
+            UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+                UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k)
+                    if (TAP(t, r, CLPOOL_SH, CLPOOL_KH, 1) && TAP(u, k, CLPOOL_SW, CLPOOL_KW, 1))
+                        sum[r][k] += v;
+        }
+    }
+    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+        UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k)
+            if (r < rows && k < pixels) {
+                pos_t div = avg_divisor(hs + r * sh, ws + k * sw, kh, kw, H, W, ph, pw,
+                                        count_include_pad, divisor_override);
+                STORE4CL(out, at + r * step_h + k * step_w, sum[r][k] / (acc_t)div, aligned);
+            }
+#else
+    for (int r = 0; r < rows; ++r)
+        for (int k = 0; k < pixels; ++k) {
+            int top = hs + r * sh, left = ws + k * sw;
+            acc4_t sum = 0;
+            for (int h = max(top, 0); h < min(top + kh, H); ++h)
+                for (int w = max(left, 0); w < min(left + kw, W); ++w)
+                    sum += LOAD4CL(xp, (long)h * x_sh + (long)w * x_sw, aligned);
+            pos_t div = avg_divisor(top, left, kh, kw, H, W, ph, pw, count_include_pad,
+                                    divisor_override);
+            STORE4CL(out, at + r * step_h + k * step_w, sum / (acc_t)div, aligned);
+        }
+#endif
+}
+
 /* avg_pool2d_forward for an input of any strides, the result written through out's
- * strides: one output per work-item (4 channels with channels_inner == 4, see
- * load_lanes), summing its window in row-major order. */
+ * strides: one output per work-item, summing its window in row-major order; with
+ * channels_inner == 4, 4 channels of a tile of outputs (avg_tile4). */
 __kernel void avg_pool2d_forward_strided(__global const elem_t *restrict x,
                                          __global elem_t *restrict out,
                                          STRIDED_FORWARD_SIZES, AVG_POOL_SIZES)
@@ -207,22 +264,30 @@ __kernel void avg_pool2d_forward_strided(__global const elem_t *restrict x,
     int dh = 1, dw = 1;
     FIX_WINDOW();
     item_t o;
+    if (channels_inner == 4) {
+        if (nhwc_item(&o, C, OH, OW))
+            avg_tile4(x + AT(x, o.n, o.c, 0, 0), out, AT_OUT(out, o.n, o.c, o.h, o.w), out_sh,
+                      out_sw, min(CLPOOL_CL_ROWS, OH - o.h), min(CLPOOL_CL_PIX, OW - o.w), H,
+                      W, o.h * sh - ph, o.w * sw - pw, kh, kw, sh, sw, ph, pw,
+                      count_include_pad, divisor_override, x_sh, x_sw, ALIGNED4(x, out));
+        return;
+    }
     if (!strided_item(&o, C, OH, OW, channels_inner))
         return;
     __global const elem_t *xp = x + AT(x, o.n, o.c, 0, 0);
     int hs = o.h * sh - ph, ws = o.w * sw - pw;
-    int lanes = channels_inner == 4 ? 4 : 1;
-    acc4_t sum = 0;
+    acc_t sum = 0;
     for (int h = max(hs, 0); h < min(hs + kh, H); ++h)
         for (int w = max(ws, 0); w < min(ws + kw, W); ++w)
-            sum += load_lanes(xp, (long)h * x_sh + (long)w * x_sw, lanes);
+            sum += LOAD(xp, (long)h * x_sh + (long)w * x_sw);
     pos_t div = avg_divisor(hs, ws, kh, kw, H, W, ph, pw, count_include_pad, divisor_override);
-    store_lanes(out, AT_OUT(out, o.n, o.c, o.h, o.w), sum / (acc_t)div, lanes);
+    STORE(out, AT_OUT(out, o.n, o.c, o.h, o.w), sum / (acc_t)div);
 }
 
 /* avg_pool2d_backward for a grad_out of any strides, grad_x written through its own: one
  * input element per work-item (4 channels with channels_inner == 4) adds each window's
- * share in output order, as PyTorch's CPU kernel does. */
+ * share in output order, as PyTorch's CPU kernel does. (A constant count of candidate
+ * windows, as max_gather4 loops over, made PoCL's [2,64,56,56] k3 s2 27% slower.) */
 __kernel void avg_pool2d_backward_strided(__global const elem_t *restrict grad_out,
                                           __global elem_t *restrict grad_x,
                                           STRIDED_BACKWARD_SIZES, AVG_POOL_SIZES)
@@ -234,13 +299,15 @@ __kernel void avg_pool2d_backward_strided(__global const elem_t *restrict grad_o
         return;
     window_range rows = windows_reaching(e.h, 1, H, sh, ph, kh, OH);
     window_range cols = windows_reaching(e.w, 1, W, sw, pw, kw, OW);
-    int lanes = channels_inner == 4 ? 4 : 1;
+    int lanes = channels_inner == 4 ? 4 : 1, aligned = lanes == 4 && ALIGNED4(grad_out, grad_x);
+    long g0 = AT(grad_out, e.n, e.c, 0, 0);
     acc4_t g = 0;
     for (int oh = rows.first; oh < rows.end; ++oh)
         for (int ow = cols.first; ow < cols.end; ++ow) {
             pos_t div = avg_divisor(oh * sh - ph, ow * sw - pw, kh, kw, H, W, ph, pw,
                                     count_include_pad, divisor_override);
-            g += load_lanes(grad_out, AT(grad_out, e.n, e.c, oh, ow), lanes) / (acc_t)div;
+            g += load_lanes(grad_out, g0 + (long)oh * grad_out_sh + (long)ow * grad_out_sw,
+                            lanes, aligned) / (acc_t)div;
         }
-    store_lanes(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g, lanes);
+    store_lanes(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g, lanes, aligned);
 }

@@ -527,20 +527,75 @@ inline int strided_item(item_t *it, int C, int H, int W, int channels_inner)
     return it->c < C && it->h < H && it->w < W;
 }
 
+/* Channels-last fast path of the _strided kernels (channels_inner == 4): 4 channels
+ * contiguous in every view. Where every view's offset and pixel strides are multiples of
+ * 4 elements (`aligned`, the same for every work-item: any dense NHWC tensor with C % 4
+ * == 0), the 4 channels are one aligned vector access (a pointer to a 4-lane type), else
+ * vload4 of elements; float16 always takes vload_half4 (OpenCL C has no half4 without
+ * cl_khr_fp16). STORE4 stores 4 lanes with the dtype's rounding. */
+#if CLPOOL_DTYPE == 16
+#define LOAD4A(p, i) LOAD4(p, i)
+#define STORE4U(p, i, v) vstore_half4_rte((v), 0, (p) + (i))
+#define STORE4A(p, i, v) STORE4U(p, i, v)
+#elif CLPOOL_DTYPE == 17
+#define LOAD4A(p, i) as_float4(convert_uint4(*(__global const ushort4 *)((p) + (i))) << 16)
+#define BF16_ROUND4(v) \
+    ((ushort4)(bf16_round((v).x), bf16_round((v).y), bf16_round((v).z), bf16_round((v).w)))
+#define STORE4U(p, i, v) vstore4(BF16_ROUND4(v), 0, (p) + (i))
+#define STORE4A(p, i, v) (*(__global ushort4 *)((p) + (i)) = BF16_ROUND4(v))
+#else
+#define LOAD4A(p, i) (*(__global const acc4_t *)((p) + (i)))
+#define STORE4U(p, i, v) vstore4((v), 0, (p) + (i))
+#define STORE4A(p, i, v) (*(__global acc4_t *)((p) + (i)) = (v))
+#endif
+#define LOAD4CL(p, i, aligned) ((aligned) ? LOAD4A(p, i) : LOAD4(p, i))
+#define STORE4CL(p, i, v, aligned)                                                  \
+    do {                                                                            \
+        if (aligned)                                                                \
+            STORE4A(p, i, v);                                                       \
+        else                                                                        \
+            STORE4U(p, i, v);                                                       \
+    } while (0)
+/* True when view v's offset and pixel strides (and result r's) are multiples of 4. */
+#define ALIGNED4(v, r)                                                              \
+    ((((v##_offset) | (v##_sn) | (v##_sh) | (v##_sw) | (r##_sn) | (r##_sh) | (r##_sw)) & 3) == 0)
+
 /* Elements i .. i + n - 1 of p (n is 1, or 4 where a _strided kernel takes 4 channels
- * contiguous in every view) as the first n lanes of a vector, the others 0; and their
- * store. Lane x alone gives the same sums as a scalar would. */
-inline acc4_t load_lanes(__global const elem_t *p, long i, int n)
+ * contiguous in every view: LOAD4CL) as the first n lanes of a vector, the others 0; and
+ * their store. Lane x alone gives the same sums as a scalar would. */
+inline acc4_t load_lanes(__global const elem_t *p, long i, int n, int aligned)
 {
-    return n == 4 ? LOAD4(p, i) : (acc4_t)(LOAD(p, i), 0, 0, 0);
+    return n == 4 ? LOAD4CL(p, i, aligned) : (acc4_t)(LOAD(p, i), 0, 0, 0);
 }
 
-inline void store_lanes(__global elem_t *p, long i, acc4_t v, int n)
+inline void store_lanes(__global elem_t *p, long i, acc4_t v, int n, int aligned)
 {
-    STORE(p, i, v.x);
-    if (n == 4) {
-        STORE(p, i + 1, v.y);
-        STORE(p, i + 2, v.z);
-        STORE(p, i + 3, v.w);
-    }
+    if (n == 4)
+        STORE4CL(p, i, v, aligned);
+    else
+        STORE(p, i, v.x);
+}
+
+/* Outputs per work-item of a channels-last forward _strided kernel: CLPOOL_CL_ROWS rows by
+ * CLPOOL_CL_PIX pixels along W (the host's -D options; 1 unless it passes more), whose
+ * windows share taps, loaded once. */
+#ifndef CLPOOL_CL_PIX
+#define CLPOOL_CL_PIX 1
+#endif
+#ifndef CLPOOL_CL_ROWS
+#define CLPOOL_CL_ROWS 1
+#endif
+
+/* The first output (n, c .. c + 3, h, w) of the tile of a channels-last forward
+ * work-item: dimension 0 walks C by 4, 1 W by CLPOOL_CL_PIX, 2 N times H by
+ * CLPOOL_CL_ROWS. False past the result. */
+inline int nhwc_item(item_t *it, int C, int H, int W)
+{
+    long z = get_global_id(2);
+    int bands = (H - 1) / CLPOOL_CL_ROWS + 1;
+    it->c = get_global_id(0) * 4;
+    it->w = get_global_id(1) * CLPOOL_CL_PIX;
+    it->n = z / bands;
+    it->h = z % bands * CLPOOL_CL_ROWS;
+    return it->c < C && it->h < H && it->w < W;
 }

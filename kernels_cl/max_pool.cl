@@ -256,41 +256,124 @@ typedef long4 mask4_t; /* what isgreater() of two acc4_t gives */
 typedef int4 mask4_t;
 #endif
 
+#if CLPOOL_INDEX == 32
+typedef int4 index4_t;
+#define CONVERT_INDEX4(v) convert_int4(v)
+#else
+typedef long4 index4_t;
+#define CONVERT_INDEX4(v) convert_long4(v)
+#endif
+#define STORE_INDEX4U(p, i, v) vstore4(CONVERT_INDEX4(v), 0, (p) + (i))
+#ifdef CLPOOL_LARGE_PLANE
+typedef long4 pos4_t;
+#else
+typedef int4 pos4_t;
+#endif
+/* Four indices of a channels-last view at p[i], as max_window4's STORE4CL and LOAD4CL. */
+#define LOAD_INDEX4(p, i, aligned)                                                  \
+    ((aligned) ? *(__global const index4_t *)((p) + (i)) : vload4(0, (p) + (i)))
+
+/* Fold tap v of 4 channels at `at` into (best, best_i) as FOLD_MAX does, lane by lane: a
+ * lane's first tap (best_i < 0) sets its index, a -inf there no greater than the -inf
+ * before it. The values in vectors (scalar FOLD_MAX per lane made PoCL's max_pool2d of
+ * [2,64,56,56] k3 s2 7x slower: 0.40 -> 3.0 ms). */
+#define FOLD_MAX4(best, best_i, v, at)                                              \
+    {                                                                               \
+        mask4_t m_ = isgreater((v), (best)) | isnan(v);                             \
+        (best) = select((best), (v), m_);                                           \
+        (best_i).x = m_.x || (best_i).x < 0 ? (at) : (best_i).x;                    \
+        (best_i).y = m_.y || (best_i).y < 0 ? (at) : (best_i).y;                    \
+        (best_i).z = m_.z || (best_i).z < 0 ? (at) : (best_i).z;                    \
+        (best_i).w = m_.w || (best_i).w < 0 ? (at) : (best_i).w;                    \
+    }
+
+/* The max (and index) of 4 channels contiguous in out and indices (channels-last) at
+ * `at`. */
+inline void store_max4(__global elem_t *out, __global index_t *indices, long at, acc4_t best,
+                       pos4_t best_i, int aligned)
+{
+    STORE4CL(out, at, best, aligned);
+#ifndef CLPOOL_NO_INDICES
+    if (aligned)
+        *(__global index4_t *)(indices + at) = CONVERT_INDEX4(best_i);
+    else
+        STORE_INDEX4U(indices, at, best_i);
+#endif
+}
+
 /* The max of one window starting at (hs, ws) over 4 channels contiguous in x, out and
- * indices (channels-last), from xp and at `at`: FOLD_MAX in 4 lanes, as vectors. Every
- * lane's index starts at the window's first tap inside the plane, which FOLD_MAX's first
- * tap sets (a -inf there is no greater than the -inf before it). */
+ * indices (channels-last), from xp (taps at h * x_sh + w * x_sw) into out and indices at
+ * `at`: FOLD_MAX4 over its taps inside the plane, in row-major window order. */
 inline void max_window4(__global const elem_t *xp, __global elem_t *out,
                         __global index_t *indices, long at, int H, int W, int hs, int ws,
-                        int kh, int kw, int dh, int dw, long x_sh, long x_sw)
+                        int kh, int kw, int dh, int dw, long x_sh, long x_sw, int aligned)
 {
     acc4_t best = -INFINITY;
+    pos4_t best_i = -1;
     int2 ti = taps_within(hs, kh, dh, H), tj = taps_within(ws, kw, dw, W);
-    pos_t first = ti.x < ti.y && tj.x < tj.y ? (pos_t)(hs + ti.x * dh) * W + ws + tj.x * dw : -1;
-    pos_t i0 = first, i1 = first, i2 = first, i3 = first;
     for (int i = ti.x; i < ti.y; ++i) {
         int h = hs + i * dh;
         for (int j = tj.x; j < tj.y; ++j) {
             int w = ws + j * dw;
-            acc4_t v = LOAD4(xp, (long)h * x_sh + (long)w * x_sw);
-            mask4_t m = isgreater(v, best) | isnan(v);
-            best = select(best, v, m);
-            pos_t a = (pos_t)h * W + w;
-            i0 = m.x ? a : i0;
-            i1 = m.y ? a : i1;
-            i2 = m.z ? a : i2;
-            i3 = m.w ? a : i3;
+            acc4_t v = LOAD4CL(xp, (long)h * x_sh + (long)w * x_sw, aligned);
+            FOLD_MAX4(best, best_i, v, (pos_t)h * W + w)
         }
     }
-    STORE(out, at, best.x);
-    STORE(out, at + 1, best.y);
-    STORE(out, at + 2, best.z);
-    STORE(out, at + 3, best.w);
-#ifndef CLPOOL_NO_INDICES
-    indices[at] = (index_t)i0;
-    indices[at + 1] = (index_t)i1;
-    indices[at + 2] = (index_t)i2;
-    indices[at + 3] = (index_t)i3;
+    store_max4(out, indices, at, best, best_i, aligned);
+}
+
+/* The CLPOOL_CL_ROWS x CLPOOL_CL_PIX windows of a channels-last forward tile, starting at
+ * (hs + r * sh, ws + k * sw), over 4 channels: those of the first `rows` x `pixels`
+ * stored from `at`, `step_h` and `step_w` apart. With the window sizes as constants, one
+ * pass over the rows of their input, each element loaded once and folded into every
+ * window that taps it (each window sees its taps in its own row-major order, those
+ * outside the plane skipped): all loads of a row in flight together; else max_window4 for
+ * each. */
+#ifdef CLPOOL_KH
+#define CL_SPAN_H ((CLPOOL_CL_ROWS - 1) * CLPOOL_SH + (CLPOOL_KH - 1) * CLPOOL_DH + 1)
+#define CL_SPAN_W ((CLPOOL_CL_PIX - 1) * CLPOOL_SW + (CLPOOL_KW - 1) * CLPOOL_DW + 1)
+#endif
+inline void max_tile4(__global const elem_t *xp, __global elem_t *out,
+                      __global index_t *indices, long at, long step_h, long step_w, int rows,
+                      int pixels, int H, int W, int hs, int ws, int kh, int kw, int sh, int sw,
+                      int dh, int dw, long x_sh, long x_sw, int aligned)
+{
+#ifdef CLPOOL_KH
+    int span_h = (CLPOOL_KH - 1) * CLPOOL_DH + 1, span_w = (CLPOOL_KW - 1) * CLPOOL_DW + 1;
+    acc4_t best[CLPOOL_CL_ROWS][CLPOOL_CL_PIX];
+    pos4_t best_i[CLPOOL_CL_ROWS][CLPOOL_CL_PIX];
+    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+        UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k) {
+            best[r][k] = -INFINITY;
+            best_i[r][k] = -1;
+        }
+    UNROLL for (int t = 0; t < CL_SPAN_H; ++t) {
+        int h = hs + t;
+        if (!INSIDE(h, H) || !any_tap(t, CLPOOL_CL_ROWS, CLPOOL_SH, span_h, CLPOOL_DH))
+            continue;
+        long row = (long)h * x_sh + (long)ws * x_sw;
+        UNROLL for (int u = 0; u < CL_SPAN_W; ++u) {
+            if (!INSIDE(ws + u, W) || !any_tap(u, CLPOOL_CL_PIX, CLPOOL_SW, span_w, CLPOOL_DW))
+                continue;
+            acc4_t v = LOAD4CL(xp, row + u * x_sw, aligned);
+            pos_t a = (pos_t)h * W + ws + u;
+            UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+                UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k)
+                    if (TAP(t, r, CLPOOL_SH, span_h, CLPOOL_DH)
+                        && TAP(u, k, CLPOOL_SW, span_w, CLPOOL_DW))
+                        FOLD_MAX4(best[r][k], best_i[r][k], v, a)
+        }
+    }
+    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+        UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k)
+            if (r < rows && k < pixels)
+                store_max4(out, indices, at + r * step_h + k * step_w, best[r][k],
+                           best_i[r][k], aligned);
+#else
+    for (int r = 0; r < rows; ++r)
+        for (int k = 0; k < pixels; ++k)
+            max_window4(xp, out, indices, at + r * step_h + k * step_w, H, W, hs + r * sh,
+                        ws + k * sw, kh, kw, dh, dw, x_sh, x_sw, aligned);
 #endif
 }
 
@@ -298,9 +381,9 @@ inline void max_window4(__global const elem_t *xp, __global elem_t *out,
  * strides (indices has the same): one output per work-item, its taps in row-major window
  * order inside the plane; indices stay flat in the (H, W) plane, h * W + w. With
  * channels_inner == 4 (channels contiguous in x and the results, C a multiple of 4) a
- * work-item takes 4 channels of an output pixel in vectors (max_window4): a CPU compiler
- * does not vectorize the scalar fold across work-items (PoCL: [8,64,56,56] k3 s2 20 ms
- * scalar). */
+ * work-item takes 4 channels of a tile of outputs in vectors (max_tile4): a
+ * CPU compiler does not vectorize the scalar fold across work-items (PoCL: [8,64,56,56]
+ * k3 s2 20 ms scalar). */
 __kernel void max_pool2d_forward_strided(__global const elem_t *restrict x,
                                          __global elem_t *restrict out,
                                          __global index_t *restrict indices,
@@ -308,15 +391,18 @@ __kernel void max_pool2d_forward_strided(__global const elem_t *restrict x,
 {
     FIX_WINDOW();
     item_t o;
+    if (channels_inner == 4) {
+        if (nhwc_item(&o, C, OH, OW))
+            max_tile4(x + AT(x, o.n, o.c, 0, 0), out, indices, AT_OUT(out, o.n, o.c, o.h, o.w),
+                      out_sh, out_sw, min(CLPOOL_CL_ROWS, OH - o.h),
+                      min(CLPOOL_CL_PIX, OW - o.w), H, W, o.h * sh - ph, o.w * sw - pw, kh,
+                      kw, sh, sw, dh, dw, x_sh, x_sw, ALIGNED4(x, out));
+        return;
+    }
     if (!strided_item(&o, C, OH, OW, channels_inner))
         return;
     __global const elem_t *xp = x + AT(x, o.n, o.c, 0, 0);
     int hs = o.h * sh - ph, ws = o.w * sw - pw;
-    if (channels_inner == 4) {
-        max_window4(xp, out, indices, AT_OUT(out, o.n, o.c, o.h, o.w), H, W, hs, ws, kh, kw,
-                    dh, dw, x_sh, x_sw);
-        return;
-    }
     acc_t best = -INFINITY;
     pos_t best_i = -1;
     int2 ti = taps_within(hs, kh, dh, H), tj = taps_within(ws, kw, dw, W);
@@ -339,9 +425,38 @@ __kernel void max_pool2d_forward_strided(__global const elem_t *restrict x,
 #define INDICES_VIEW_SIZES                                                          \
     long indices_offset, long indices_sn, long indices_sc, long indices_sh, long indices_sw
 
+/* The strided backward's gather for 4 channels contiguous in grad_out, indices and grad_x
+ * (channels-last) of the element `self` (column w): the candidate windows in output
+ * order, each loaded once; with the window sizes as constants a loop of a constant count
+ * (windows_to_visit), so that the loads issue together. Stored at grad_x[at]. */
+inline void max_gather4(__global const elem_t *gp, __global const index_t *ip,
+                        __global elem_t *grad_x, long at, window_range rows,
+                        window_range cols, pos_t self, int w, int sw, int pw, int span_w,
+                        long g_sh, long g_sw, long i_sh, long i_sw, int aligned,
+                        int aligned_i)
+{
+    acc4_t g = 0;
+    UNROLL for (int a = 0; a < windows_to_visit(rows); ++a) {
+        int oh = rows.first + a;
+        UNROLL for (int b = 0; b < windows_to_visit(cols); ++b) {
+            int ow = cols.first + b;
+            if (oh >= rows.end || ow >= cols.end)
+                continue;
+            acc4_t v = LOAD4CL(gp, (long)oh * g_sh + (long)ow * g_sw, aligned);
+            index4_t i = LOAD_INDEX4(ip, (long)oh * i_sh + (long)ow * i_sw, aligned_i);
+            int inside = INSIDE(w - (ow * sw - pw), span_w);
+            g.x += inside && i.x == self ? v.x : (acc_t)0;
+            g.y += inside && i.y == self ? v.y : (acc_t)0;
+            g.z += inside && i.z == self ? v.z : (acc_t)0;
+            g.w += inside && i.w == self ? v.w : (acc_t)0;
+        }
+    }
+    STORE4CL(grad_x, at, g, aligned);
+}
+
 /* max_pool2d_backward for grad_out and indices of any strides, grad_x written through its
  * own: one input element per work-item (4 channels with channels_inner == 4, see
- * load_lanes) gathers, in output order, the gradients of the windows whose index names it
+ * max_gather4) gathers, in output order, the gradients of the windows whose index names it
  * (an index outside its window or the plane matches nothing), as the kernels above. */
 __kernel void max_pool2d_backward_strided(__global const elem_t *restrict grad_out,
                                           __global const index_t *restrict indices,
@@ -357,19 +472,21 @@ __kernel void max_pool2d_backward_strided(__global const elem_t *restrict grad_o
     window_range rows = windows_reaching(e.h, 1, H, sh, ph, span_h, OH);
     window_range cols = windows_reaching(e.w, 1, W, sw, pw, span_w, OW);
     pos_t self = (pos_t)e.h * W + e.w;
-    int lanes = channels_inner == 4 ? 4 : 1;
-    acc4_t g = 0;
+    if (channels_inner == 4) {
+        max_gather4(grad_out + AT(grad_out, e.n, e.c, 0, 0),
+                    indices + AT(indices, e.n, e.c, 0, 0), grad_x,
+                    AT_OUT(grad_x, e.n, e.c, e.h, e.w), rows, cols, self, e.w, sw, pw, span_w,
+                    grad_out_sh, grad_out_sw, indices_sh, indices_sw,
+                    ALIGNED4(grad_out, grad_x),
+                    ((indices_offset | indices_sn | indices_sh | indices_sw) & 3) == 0);
+        return;
+    }
+    acc_t g = 0;
     for (int oh = rows.first; oh < rows.end; ++oh)
         for (int ow = cols.first; ow < cols.end; ++ow) {
-            acc4_t v = load_lanes(grad_out, AT(grad_out, e.n, e.c, oh, ow), lanes);
-            __global const index_t *at = indices + AT(indices, e.n, e.c, oh, ow);
-            int inside = INSIDE(e.w - (ow * sw - pw), span_w);
-            g.x += inside && at[0] == self ? v.x : (acc_t)0;
-            if (lanes == 4) {
-                g.y += inside && at[1] == self ? v.y : (acc_t)0;
-                g.z += inside && at[2] == self ? v.z : (acc_t)0;
-                g.w += inside && at[3] == self ? v.w : (acc_t)0;
-            }
+            acc_t v = LOAD(grad_out, AT(grad_out, e.n, e.c, oh, ow));
+            index_t at = indices[AT(indices, e.n, e.c, oh, ow)];
+            g += INSIDE(e.w - (ow * sw - pw), span_w) && at == self ? v : (acc_t)0;
         }
-    store_lanes(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g, lanes);
+    STORE(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g);
 }

@@ -106,6 +106,20 @@ def test_forward_channels_last_matches_torch(kind, case, ties, channels):
         _check(g, w, exact=case.startswith("max"))
 
 
+@pytest.mark.parametrize("gpu", [False, True])
+@pytest.mark.parametrize("tile", [(2, 4), (3, 2)])
+@pytest.mark.parametrize("case", [c for c in FORWARD if not c.startswith("adaptive")])
+def test_channels_last_forward_tiles_match_torch(case, tile, gpu):
+    """Work-items of a channels-last forward taking a tile of rows x pixels of outputs (a
+    GPU's choice for stride 1): the same results, the partial tiles at the edges too."""
+    ours, theirs = FORWARD[case]
+    t = _tensor(8, (2, 8, 10, 11), ties=True)
+    with policy.use(gpu=gpu, nhwc=tile):
+        got, want = _results(ours(_nhwc_array(t))), _results(theirs(t))
+    for g, w in zip(got, want, strict=True):
+        _check(g, w, exact=case.startswith("max"))
+
+
 def _backward_cases(t: torch.Tensor, rng: np.random.Generator):
     """(name, clpool backward of (grad, x, indices), ATen's backward, grad_output shape
     donor): the three backward ops, in the forward's arguments."""
