@@ -269,7 +269,7 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
  * the (n, d, h) rows, so that neighbouring work-items take neighbouring channels of one
  * voxel (contiguous in channels-last-3d memory: coalesced loads and stores). The host takes
  * 4 channels per work-item where they are contiguous in every view and C % 4 == 0, else 1
- * (clpool.h's load_lanes and store_lanes). */
+ * (clpool.h's load_lanes and store_lanes, as elements: vload4, not aligned vectors). */
 #define STRIDED3D_FORWARD_SIZES                                                     \
     long x_offset, long x_sn, long x_sc, long x_sd, long x_sh, long x_sw,           \
     long out_sn, long out_sc, long out_sd, long out_sh, long out_sw, int C,         \
@@ -375,7 +375,7 @@ __kernel void max_pool3d_forward_strided(__global const elem_t *restrict x,
             int h = hs + j * dh;
             for (int k = tk.x; k < tk.y; ++k) {
                 int w = ws + k * dw;
-                acc4_t v = load_lanes(xp, IN_VOLUME(x, d, h, w), lanes);
+                acc4_t v = load_lanes(xp, IN_VOLUME(x, d, h, w), lanes, 0);
                 pos_t at = ((pos_t)d * H + h) * W + w;
                 FOLD_LANE(best.x, i0, v.x, at)
                 FOLD_LANE(best.y, i1, v.y, at)
@@ -385,7 +385,7 @@ __kernel void max_pool3d_forward_strided(__global const elem_t *restrict x,
         }
     }
     long at = AT3D_OUT(out, o.n, o.c, o.d, o.h, o.w);
-    store_lanes(out, at, best, lanes);
+    store_lanes(out, at, best, lanes, 0);
 #ifndef CLPOOL_NO_INDICES
     indices[at] = (index_t)i0;
     if (lanes == 4) {
@@ -420,7 +420,7 @@ __kernel void max_pool3d_backward_strided(__global const elem_t *restrict grad_o
     for (int od = rd.first; od < rd.end; ++od)
         for (int oh = rh.first; oh < rh.end; ++oh)
             for (int ow = rw.first; ow < rw.end; ++ow) {
-                acc4_t v = load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes);
+                acc4_t v = load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0);
                 __global const index_t *at = ip + IN_VOLUME(indices, od, oh, ow);
                 g.x += at[0] == self ? v.x : (acc_t)0;
                 if (lanes == 4) {
@@ -429,7 +429,7 @@ __kernel void max_pool3d_backward_strided(__global const elem_t *restrict grad_o
                     g.w += at[3] == self ? v.w : (acc_t)0;
                 }
             }
-    store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes);
+    store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes, 0);
 }
 
 /* avg_pool3d_forward for an input of any strides, out through its own strides. */
@@ -447,10 +447,10 @@ __kernel void avg_pool3d_forward_strided(__global const elem_t *restrict x,
     for (int d = max(ds, 0); d < d1; ++d)
         for (int h = max(hs, 0); h < h1; ++h)
             for (int w = max(ws, 0); w < w1; ++w)
-                sum += load_lanes(xp, IN_VOLUME(x, d, h, w), lanes);
+                sum += load_lanes(xp, IN_VOLUME(x, d, h, w), lanes, 0);
     long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
     store_lanes(out, AT3D_OUT(out, o.n, o.c, o.d, o.h, o.w),
-                div ? sum / (acc_t)div : (acc4_t)0, lanes);
+                div ? sum / (acc_t)div : (acc4_t)0, lanes, 0);
 }
 
 /* avg_pool3d_backward for grad_out of any strides, grad_x through its own. */
@@ -471,9 +471,9 @@ __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_o
             for (int ow = rw.first; ow < rw.end; ++ow) {
                 long div = avg_divisor3d(od * sd - pd, oh * sh - ph, ow * sw - pw,
                                          AVG_POOL3D_ARGS);
-                g += load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes) / (acc_t)div;
+                g += load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0) / (acc_t)div;
             }
-    store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes);
+    store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes, 0);
 }
 
 /* adaptive_avg_pool3d_forward for an input of any strides, out through its own strides. */
@@ -492,9 +492,9 @@ __kernel void adaptive_avg_pool3d_forward_strided(__global const elem_t *restric
     for (int d = d0; d < d1; ++d)
         for (int h = h0; h < h1; ++h)
             for (int w = w0; w < w1; ++w)
-                sum += load_lanes(xp, IN_VOLUME(x, d, h, w), lanes);
+                sum += load_lanes(xp, IN_VOLUME(x, d, h, w), lanes, 0);
     store_lanes(out, AT3D_OUT(out, o.n, o.c, o.d, o.h, o.w),
-                sum / (acc_t)(d1 - d0) / (acc_t)(h1 - h0) / (acc_t)(w1 - w0), lanes);
+                sum / (acc_t)(d1 - d0) / (acc_t)(h1 - h0) / (acc_t)(w1 - w0), lanes, 0);
 }
 
 /* adaptive_avg_pool3d_backward for grad_out of any strides, grad_x through its own. */
@@ -515,10 +515,10 @@ __kernel void adaptive_avg_pool3d_backward_strided(__global const elem_t *restri
             acc_t rows = (acc_t)(cell_last(oh, H, OH) - cell_first(oh, H, OH));
             for (int ow = ow0; ow < ow1; ++ow) {
                 acc_t cols = (acc_t)(cell_last(ow, W, OW) - cell_first(ow, W, OW));
-                g += load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes) / depth / rows
+                g += load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0) / depth / rows
                      / cols;
             }
         }
     }
-    store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes);
+    store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes, 0);
 }
