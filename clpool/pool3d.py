@@ -43,10 +43,17 @@ def _volumes(p: Planner, dhw: tuple[int, ...], out: tuple[int, ...]) -> None:
         p.options += ("-DCLPOOL_LARGE_PLANE",)
 
 
-def _specialize(p: Planner, rows: int, win: shapes.Window3d | None = None) -> None:
-    """32-bit splits of the kernel's `rows` (dimension 2) below 2^32 of them, and the
-    window's sizes as compile-time constants where every one is small (never with
-    CLPOOL_SPECIALIZE=0)."""
+def _specialize(
+    p: Planner,
+    rows: int,
+    win: shapes.Window3d | None = None,
+    tuned_as: str | None = None,
+    dhw: tuple[int, ...] = (),
+) -> None:
+    """32-bit splits of the kernel's `rows` (dimension 2) below 2^32 of them, the window's
+    sizes as compile-time constants where every one is small (never with
+    CLPOOL_SPECIALIZE=0; on a GPU its loops unroll then), and the tile per work-item of a
+    windowed kernel tuned as `tuned_as` on a volume `dhw` (kernels_cl/pool3d.cl)."""
     if rows < 2**32:
         p.options += ("-DCLPOOL_ROWS32",)
     pol = p.policy
@@ -57,6 +64,14 @@ def _specialize(p: Planner, rows: int, win: shapes.Window3d | None = None) -> No
             for field, values in fields
             for axis, v in zip("DHW", values, strict=True)
         )
+        if p.gpu:
+            p.options += ("-DCLPOOL_UNROLL",)
+    # A tile's positions stay in 32 bits as the 2-D ones do (shapes.window's bound)
+    if win is not None and tuned_as is not None and all(
+        n + 2 * pad + (k - 1) * d + shapes.MAX_TILE * s < 2**31
+        for n, k, s, pad, d in zip(dhw, win.k, win.s, win.p, win.d, strict=True)
+    ):
+        p.rows, p.cols = pol.tile(p.rt.device, tuned_as)
 
 
 def _axes(prefix: str, values: tuple[int, ...]) -> dict[str, int]:
@@ -99,7 +114,8 @@ def _plan_max_forward(
     else:
         p.options += ("-DCLPOOL_NO_INDICES",)
     od, oh, ow = win.out
-    _specialize(p, n * c * od, win)
+    _specialize(p, n * c * od, win, "max_pool3d_forward" if with_indices else "max_pool3d_values",
+                dhw)  # fmt: skip
     if n * c:
         p.step(
             "max_pool3d_forward",
@@ -174,7 +190,7 @@ def _plan_max_backward(
     _volumes(p, dhw, win.out)
     p.output("grad_x", x.shape)
     d, h, w = dhw
-    _specialize(p, n * c * d, win)
+    _specialize(p, n * c * d, win, "max_pool3d_backward", dhw)
     if n * c:
         p.step("max_pool3d_backward", (w, h, n * c * d), **_max_sizes(win, dhw))
     return p.plan("grad_out", None, "indices")
@@ -229,7 +245,7 @@ def _plan_avg_forward(
     _volumes(p, dhw, win.out)
     p.output("out", _unbatched((n, c, *win.out), x.ndim))
     od, oh, ow = win.out
-    _specialize(p, n * c * od, win)
+    _specialize(p, n * c * od, win, "avg_pool3d_forward", dhw)
     if n * c:
         p.step("avg_pool3d_forward", (ow, oh, n * c * od), **_avg_sizes(win, dhw, include, div))
     return p.plan("x")
@@ -268,7 +284,7 @@ def _plan_avg_backward(
     _volumes(p, dhw, win.out)
     p.output("grad_x", x.shape)
     d, h, w = dhw
-    _specialize(p, n * c * d, win)
+    _specialize(p, n * c * d, win, "avg_pool3d_backward", dhw)
     if n * c:
         p.step("avg_pool3d_backward", (w, h, n * c * d), **_avg_sizes(win, dhw, include, div))
     return p.plan("grad_out", None)

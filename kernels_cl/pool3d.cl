@@ -65,6 +65,73 @@
 #define FIRST_TAP(best_i) ((best_i) < 0)
 #endif
 
+/* Tiles: a forward work-item takes CLPOOL_ROWS x CLPOOL_COLS outputs of one output depth
+ * and walks the input their windows tap once, in (d, h, w) order, folding each element
+ * into every window of the tile that taps it (each window sees its taps in its own
+ * order); a backward work-item takes CLPOOL_COLS input columns of CLPOOL_ROWS rows and
+ * loads each candidate window (and computes its divisor) once for them, adding in
+ * ascending output order as a work-item per element did. The host builds GPU programs
+ * with the window sizes as constants and -DCLPOOL_UNROLL: a walk over fewer than
+ * SHORT_SPAN offsets of an axis then visits every offset (a constant trip count: it
+ * unrolls and its tap tests fold) and skips those outside the axis; otherwise it visits
+ * those taps_inside() gives. */
+#if defined(CLPOOL_3D_KD) && defined(CLPOOL_UNROLL)
+#define WALK_ALL(n, s, k, d) ((long)((n) - 1) * (s) + (long)((k) - 1) * (d) < SHORT_SPAN)
+#else
+#define WALK_ALL(n, s, k, d) 0
+#endif
+
+/* The offsets, from `start` along an axis of `size`, that the walk over the input of a
+ * tile's n windows (stride s, k taps, dilation d) visits. */
+inline tap_range tile_walk(int start, int n, int s, int k, int d, int size)
+{
+    if (WALK_ALL(n, s, k, d)) {
+        tap_range r = {0, (n - 1) * s + (k - 1) * d + 1, 1};
+        return r;
+    }
+    return taps_inside(start, n, s, k, d, size);
+}
+
+/* True where visited offset t is no tap of the tile inside the axis. */
+inline int no_tap(int t, int start, int n, int s, int k, int d, int size)
+{
+    if (WALK_ALL(n, s, k, d))
+        return !INSIDE(start + t, size) || !any_tap(t, n, s, (k - 1) * d + 1, d);
+    return n > 1 && !any_tap(t, n, s, (k - 1) * d + 1, d);
+}
+
+/* True when visited offset t is a tap of window i of the tile's n. */
+#define TILE_TAP(t, i, n, s, k, d) ((n) == 1 || TAP(t, i, s, ((k) - 1) * (d) + 1, d))
+
+/* The forward walk over the input of the tile of windows starting at (ds, hs, ws) in the
+ * volume xp: FOLD for each element v, at offset `at` in the volume, and each window
+ * (r, c) of the tile that taps it. */
+#define WALK_TILE3D(xp, ds, hs, ws, FOLD)                                           \
+    tap_range wd_ = tile_walk(ds, 1, sd, kd, dd, D),                                \
+              wh_ = tile_walk(hs, CLPOOL_ROWS, sh, kh, dh, H),                      \
+              ww_ = tile_walk(ws, CLPOOL_COLS, sw, kw, dw, W);                      \
+    UNROLL for (int q_ = wd_.first; q_ < wd_.end; q_ += wd_.step) {                 \
+        if (no_tap(q_, ds, 1, sd, kd, dd, D))                                       \
+            continue;                                                               \
+        pos_t depth_ = (pos_t)((ds) + q_) * H + (hs);                               \
+        UNROLL for (int t_ = wh_.first; t_ < wh_.end; t_ += wh_.step) {             \
+            if (no_tap(t_, hs, CLPOOL_ROWS, sh, kh, dh, H))                         \
+                continue;                                                           \
+            pos_t row_ = (depth_ + t_) * W + (ws);                                  \
+            UNROLL for (int u_ = ww_.first; u_ < ww_.end; u_ += ww_.step) {         \
+                if (no_tap(u_, ws, CLPOOL_COLS, sw, kw, dw, W))                     \
+                    continue;                                                       \
+                pos_t at = row_ + u_;                                               \
+                acc_t v = LOAD(xp, at);                                             \
+                UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)                        \
+                    UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)                    \
+                        if (TILE_TAP(t_, r, CLPOOL_ROWS, sh, kh, dh)                \
+                            && TILE_TAP(u_, c, CLPOOL_COLS, sw, kw, dw))            \
+                            FOLD;                                                   \
+            }                                                                       \
+        }                                                                           \
+    }
+
 /* out = max over the window, NaN winning (the last NaN in window order keeps its index,
  * as in PyTorch) and ties keeping the first element in (d, h, w) window order; a window
  * with no element gives -inf and index -1. max_pool3d builds with -DCLPOOL_NO_INDICES
@@ -76,38 +143,37 @@ __kernel void max_pool3d_forward(__global const elem_t *restrict x,
 {
     FIX_WINDOW3D();
     FIX_DILATION3D();
-    ITEM3D(ow, oh, z, OW, OH);
+    FORWARD_TILE(oh0, ow0, OH, OW);
+    long z = get_global_id(2);
     SPLIT_ROW(z, OD, volume, od);
     __global const elem_t *xp = x + volume * D * H * W;
-    int ds = od * sd - pd, hs = oh * sh - ph, ws = ow * sw - pw;
-    int2 ti = taps_within(ds, kd, dd, D), tj = taps_within(hs, kh, dh, H),
-         tk = taps_within(ws, kw, dw, W);
-    acc_t best = -INFINITY;
-    pos_t best_i = -1;
-    for (int i = ti.x; i < ti.y; ++i) {
-        pos_t depth = (pos_t)(ds + i * dd) * H;
-        for (int j = tj.x; j < tj.y; ++j) {
-            pos_t row = (depth + hs + j * dh) * W + ws;
-            for (int k = tk.x; k < tk.y; ++k) {
-                pos_t at = row + k * dw;
-                acc_t v = LOAD(xp, at);
-                if (FIRST_TAP(best_i) || v > best || isnan(v)) {
-                    best = v;
-                    best_i = at;
-                }
-            }
+    int ds = od * sd - pd, hs = oh0 * sh - ph, ws = ow0 * sw - pw;
+    acc_t best[CLPOOL_ROWS][CLPOOL_COLS];
+    pos_t best_i[CLPOOL_ROWS][CLPOOL_COLS];
+    UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c) {
+            best[r][c] = -INFINITY;
+            best_i[r][c] = -1;
         }
-    }
-    long o = (z * OH + oh) * OW + ow;
-    STORE(out, o, best);
+    WALK_TILE3D(xp, ds, hs, ws,
+                if (FIRST_TAP(best_i[r][c]) || v > best[r][c] || isnan(v)) {
+                    best[r][c] = v;
+                    best_i[r][c] = at;
+                })
+    for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r)
+        for (int c = 0; c < CLPOOL_COLS && ow0 + c < OW; ++c) {
+            long o = (z * OH + oh0 + r) * OW + ow0 + c;
+            STORE(out, o, best[r][c]);
 #ifndef CLPOOL_NO_INDICES
-    indices[o] = (index_t)best_i;
+            indices[o] = (index_t)best_i[r][c];
 #endif
+        }
 }
 
 /* grad_x[e] = sum, in ascending output order, of grad_out over the windows that can
  * contain e and whose index names e. An index naming no element of the volume matches
- * nothing. */
+ * nothing. A work-item gathers its rows one by one (as max_pool2d_backward), each
+ * candidate window loaded once for its columns. */
 __kernel void max_pool3d_backward(__global const elem_t *restrict grad_out,
                                   __global const index_t *restrict indices,
                                   __global elem_t *restrict grad_x,
@@ -115,37 +181,60 @@ __kernel void max_pool3d_backward(__global const elem_t *restrict grad_out,
 {
     FIX_WINDOW3D();
     FIX_DILATION3D();
-    ITEM3D(iw, ih, z, W, H);
+    int iw0 = tile_start(0, CLPOOL_COLS, W);
+    if (iw0 >= W)
+        return;
+    long z = get_global_id(2);
     SPLIT_ROW(z, D, volume, id);
     long first = volume * OD * OH * OW;
     __global const elem_t *gp = grad_out + first;
     __global const index_t *ip = indices + first;
-    pos_t self = ((pos_t)id * H + ih) * W + iw;
+    int span_w = (kw - 1) * dw + 1;
     window_range rd = windows_reaching(id, 1, D, sd, pd, (kd - 1) * dd + 1, OD),
-                 rh = windows_reaching(ih, 1, H, sh, ph, (kh - 1) * dh + 1, OH),
-                 rw = windows_reaching(iw, 1, W, sw, pw, (kw - 1) * dw + 1, OW);
-    acc_t g = 0;
-    for (int od = rd.first; od < rd.end; ++od)
-        for (int oh = rh.first; oh < rh.end; ++oh)
-            for (int ow = rw.first; ow < rw.end; ++ow) {
-                pos_t o = ((pos_t)od * OH + oh) * OW + ow;
-                if (ip[o] == self)
-                    g += LOAD(gp, o);
-            }
-    STORE(grad_x, volume * D * H * W + self, g);
+                 rw = windows_reaching(iw0, CLPOOL_COLS, W, sw, pw, span_w, OW);
+    FOR_EACH_ROW(ih, H) {
+        pos_t self = ((pos_t)id * H + ih) * W + iw0;
+        window_range rh = windows_reaching(ih, 1, H, sh, ph, (kh - 1) * dh + 1, OH);
+        acc_t g[CLPOOL_COLS];
+        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
+            g[c] = 0;
+        UNROLL for (int a = 0; a < windows_to_visit(rd); ++a)
+            UNROLL for (int b = 0; b < windows_to_visit(rh); ++b)
+                UNROLL for (int e = 0; e < windows_to_visit(rw); ++e) {
+                    int od = rd.first + a, oh = rh.first + b, ow = rw.first + e;
+                    if (od >= rd.end || oh >= rh.end || ow >= rw.end)
+                        continue;
+                    pos_t o = ((pos_t)od * OH + oh) * OW + ow;
+                    acc_t v = LOAD(gp, o);
+                    index_t at = ip[o];
+                    int left = iw0 - (ow * sw - pw); /* column iw0 in window ow */
+                    UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
+                        g[c] += at == self + c && INSIDE(left + c, span_w) ? v : (acc_t)0;
+                }
+        for (int c = 0; c < CLPOOL_COLS && iw0 + c < W; ++c)
+            STORE(grad_x, volume * D * H * W + self + c, g[c]);
+    }
 }
+
+/* Divisors: at most the window's elements, fewer than 2^31 where its sizes are constants
+ * (32-bit arithmetic then). */
+#if defined(CLPOOL_3D_KD) && CLPOOL_3D_KD * CLPOOL_3D_KH * CLPOOL_3D_KW < 2147483647
+typedef int divisor_t;
+#else
+typedef long divisor_t;
+#endif
 
 /* The average pooling divisor of the window starting at (ds, hs, ws) in padded
  * coordinates, as ATen's avg_pool3d computes it; 0 for a window with no element (whose
  * output is 0). */
-inline long avg_divisor3d(int ds, int hs, int ws, AVG_POOL3D_SIZES)
+inline divisor_t avg_divisor3d(int ds, int hs, int ws, AVG_POOL3D_SIZES)
 {
     if (divisor_override != 0)
         return divisor_override;
     int de = min(ds + kd, D + pd), he = min(hs + kh, H + ph), we = min(ws + kw, W + pw);
     if (count_include_pad)
-        return (long)(de - ds) * (he - hs) * (we - ws);
-    return (long)max(min(de, D) - max(ds, 0), 0) * max(min(he, H) - max(hs, 0), 0)
+        return (divisor_t)(de - ds) * (he - hs) * (we - ws);
+    return (divisor_t)max(min(de, D) - max(ds, 0), 0) * max(min(he, H) - max(hs, 0), 0)
            * max(min(we, W) - max(ws, 0), 0);
 }
 
@@ -158,21 +247,24 @@ __kernel void avg_pool3d_forward(__global const elem_t *restrict x,
                                  __global elem_t *restrict out,
                                  AVG_POOL3D_SIZES)
 {
+    int dd = 1, dh = 1, dw = 1;
     FIX_WINDOW3D();
-    ITEM3D(ow, oh, z, OW, OH);
+    FORWARD_TILE(oh0, ow0, OH, OW);
+    long z = get_global_id(2);
     SPLIT_ROW(z, OD, volume, od);
     __global const elem_t *xp = x + volume * D * H * W;
-    int ds = od * sd - pd, hs = oh * sh - ph, ws = ow * sw - pw;
-    int d1 = min(ds + kd, D), h1 = min(hs + kh, H), w1 = min(ws + kw, W);
-    acc_t sum = 0;
-    for (int d = max(ds, 0); d < d1; ++d)
-        for (int h = max(hs, 0); h < h1; ++h) {
-            pos_t row = ((pos_t)d * H + h) * W;
-            for (int w = max(ws, 0); w < w1; ++w)
-                sum += LOAD(xp, row + w);
+    int ds = od * sd - pd, hs = oh0 * sh - ph, ws = ow0 * sw - pw;
+    acc_t sum[CLPOOL_ROWS][CLPOOL_COLS];
+    UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
+            sum[r][c] = 0;
+    WALK_TILE3D(xp, ds, hs, ws, sum[r][c] += v)
+    for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r)
+        for (int c = 0; c < CLPOOL_COLS && ow0 + c < OW; ++c) {
+            divisor_t div = avg_divisor3d(ds, hs + r * sh, ws + c * sw, AVG_POOL3D_ARGS);
+            STORE(out, (z * OH + oh0 + r) * OW + ow0 + c,
+                  div ? sum[r][c] / (acc_t)div : (acc_t)0);
         }
-    long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
-    STORE(out, (z * OH + oh) * OW + ow, div ? sum / (acc_t)div : (acc_t)0);
 }
 
 /* grad_x[e] = sum, in ascending output order, of grad_out / divisor over the windows
@@ -182,21 +274,37 @@ __kernel void avg_pool3d_backward(__global const elem_t *restrict grad_out,
                                   AVG_POOL3D_SIZES)
 {
     FIX_WINDOW3D();
-    ITEM3D(iw, ih, z, W, H);
+    int iw0 = tile_start(0, CLPOOL_COLS, W), ih0 = tile_start(1, CLPOOL_ROWS, H);
+    if (iw0 >= W || ih0 >= H)
+        return;
+    long z = get_global_id(2);
     SPLIT_ROW(z, D, volume, id);
     __global const elem_t *gp = grad_out + volume * OD * OH * OW;
     window_range rd = windows_reaching(id, 1, D, sd, pd, kd, OD),
-                 rh = windows_reaching(ih, 1, H, sh, ph, kh, OH),
-                 rw = windows_reaching(iw, 1, W, sw, pw, kw, OW);
-    acc_t g = 0;
-    for (int od = rd.first; od < rd.end; ++od)
-        for (int oh = rh.first; oh < rh.end; ++oh)
-            for (int ow = rw.first; ow < rw.end; ++ow) {
-                long div = avg_divisor3d(od * sd - pd, oh * sh - ph, ow * sw - pw,
-                                         AVG_POOL3D_ARGS);
-                g += LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / (acc_t)div;
+                 rh = windows_reaching(ih0, CLPOOL_ROWS, H, sh, ph, kh, OH),
+                 rw = windows_reaching(iw0, CLPOOL_COLS, W, sw, pw, kw, OW);
+    acc_t g[CLPOOL_ROWS][CLPOOL_COLS];
+    UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
+            g[r][c] = 0;
+    UNROLL for (int a = 0; a < windows_to_visit(rd); ++a)
+        UNROLL for (int b = 0; b < windows_to_visit(rh); ++b)
+            UNROLL for (int e = 0; e < windows_to_visit(rw); ++e) {
+                int od = rd.first + a, oh = rh.first + b, ow = rw.first + e;
+                if (od >= rd.end || oh >= rh.end || ow >= rw.end)
+                    continue;
+                int top = oh * sh - ph, left = ow * sw - pw;
+                acc_t v = LOAD(gp, ((pos_t)od * OH + oh) * OW + ow)
+                          / (acc_t)avg_divisor3d(od * sd - pd, top, left, AVG_POOL3D_ARGS);
+                UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+                    UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
+                        g[r][c] += INSIDE(ih0 + r - top, kh) && INSIDE(iw0 + c - left, kw)
+                                       ? v : (acc_t)0;
             }
-    STORE(grad_x, volume * D * H * W + ((pos_t)id * H + ih) * W + iw, g);
+    for (int r = 0; r < CLPOOL_ROWS && ih0 + r < H; ++r)
+        for (int c = 0; c < CLPOOL_COLS && iw0 + c < W; ++c)
+            STORE(grad_x, volume * D * H * W + ((pos_t)id * H + ih0 + r) * W + iw0 + c,
+                  g[r][c]);
 }
 
 /* floor(i*size/n), or the ceiling when `up`: in 32 bits while the product fits (64-bit
