@@ -65,21 +65,38 @@
 #define FIRST_TAP(best_i) ((best_i) < 0)
 #endif
 
-/* Tiles: a forward work-item takes CLPOOL_ROWS x CLPOOL_COLS outputs of one output depth
- * and walks the input their windows tap once, in (d, h, w) order, folding each element
- * into every window of the tile that taps it (each window sees its taps in its own
- * order); a backward work-item takes CLPOOL_COLS input columns of CLPOOL_ROWS rows and
- * loads each candidate window (and computes its divisor) once for them, adding in
- * ascending output order as a work-item per element did. The host builds GPU programs
- * with the window sizes as constants and -DCLPOOL_UNROLL: a walk over fewer than
- * SHORT_SPAN offsets of an axis then visits every offset (a constant trip count: it
- * unrolls and its tap tests fold) and skips those outside the axis; otherwise it visits
- * those taps_inside() gives. */
-#if defined(CLPOOL_3D_KD) && defined(CLPOOL_UNROLL)
-#define WALK_ALL(n, s, k, d) ((long)((n) - 1) * (s) + (long)((k) - 1) * (d) < SHORT_SPAN)
-#else
-#define WALK_ALL(n, s, k, d) 0
+/* Tiles: a work-item takes CLPOOL_3D_DEPTHS x CLPOOL_ROWS x CLPOOL_COLS outputs (forward)
+ * or input elements (backward) of one volume, from depth d0 = slab * CLPOOL_3D_DEPTHS, z =
+ * volume * slabs + slab along dimension 2. A forward work-item walks the input its windows
+ * tap once, in (d, h, w) order, folding each element into every window of the tile that
+ * taps it (each window sees its taps in its own order); a backward one loads each
+ * candidate window (and computes its divisor) once for its tile, adding in ascending
+ * output order as a work-item per element did. The host builds GPU programs with the
+ * window sizes as constants and -DCLPOOL_UNROLL: a walk over fewer than SHORT_SPAN offsets
+ * of an axis then visits every offset (a constant trip count: it unrolls and its tap tests
+ * fold) and skips those outside the axis; otherwise it visits those taps_inside() gives.
+ * The windowed kernels come twice: tiled (TILED3D: a GPU's builds, and any with tiles of
+ * more than one element) and one work-item per element (a CPU's: tiled ones with tiles of
+ * one were 10-20% slower under PoCL, [2,16,16,28,28] k3 s2 p1). */
+#ifndef CLPOOL_3D_DEPTHS
+#define CLPOOL_3D_DEPTHS 1
 #endif
+#define SLABS(n) (((n) + CLPOOL_3D_DEPTHS - 1) / CLPOOL_3D_DEPTHS)
+#if defined(CLPOOL_3D_KD) && defined(CLPOOL_UNROLL)
+#define UNROLLED3D 1
+#else
+#define UNROLLED3D 0
+#endif
+#define TILED3D (UNROLLED3D || CLPOOL_ROWS > 1 || CLPOOL_COLS > 1 || CLPOOL_3D_DEPTHS > 1)
+#if TILED3D
+#define WALK_ALL(n, s, k, d)                                                        \
+    (UNROLLED3D && (long)((n) - 1) * (s) + (long)((k) - 1) * (d) < SHORT_SPAN)
+
+/* Loops (i, r, c) over the depths, rows and columns of a tile. */
+#define FOR_TILE(i, r, c)                                                           \
+    UNROLL for (int i = 0; i < CLPOOL_3D_DEPTHS; ++i)                               \
+        UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)                                \
+            UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
 
 /* The offsets, from `start` along an axis of `size`, that the walk over the input of a
  * tile's n windows (stride s, k taps, dilation d) visits. */
@@ -103,15 +120,22 @@ inline int no_tap(int t, int start, int n, int s, int k, int d, int size)
 /* True when visited offset t is a tap of window i of the tile's n. */
 #define TILE_TAP(t, i, n, s, k, d) ((n) == 1 || TAP(t, i, s, ((k) - 1) * (d) + 1, d))
 
+/* Declares the first output (od0, oh0, ow0) of this forward work-item's tile in `volume`,
+ * returning where the tile lies past the output. */
+#define FORWARD_TILE3D(od0, oh0, ow0, volume)                                       \
+    FORWARD_TILE(oh0, ow0, OH, OW);                                                 \
+    SPLIT_ROW((long)get_global_id(2), SLABS(OD), volume, slab_);                    \
+    int od0 = slab_ * CLPOOL_3D_DEPTHS
+
 /* The forward walk over the input of the tile of windows starting at (ds, hs, ws) in the
  * volume xp: FOLD for each element v, at offset `at` in the volume, and each window
- * (r, c) of the tile that taps it. */
+ * (i, r, c) of the tile that taps it. */
 #define WALK_TILE3D(xp, ds, hs, ws, FOLD)                                           \
-    tap_range wd_ = tile_walk(ds, 1, sd, kd, dd, D),                                \
+    tap_range wd_ = tile_walk(ds, CLPOOL_3D_DEPTHS, sd, kd, dd, D),                 \
               wh_ = tile_walk(hs, CLPOOL_ROWS, sh, kh, dh, H),                      \
               ww_ = tile_walk(ws, CLPOOL_COLS, sw, kw, dw, W);                      \
     UNROLL for (int q_ = wd_.first; q_ < wd_.end; q_ += wd_.step) {                 \
-        if (no_tap(q_, ds, 1, sd, kd, dd, D))                                       \
+        if (no_tap(q_, ds, CLPOOL_3D_DEPTHS, sd, kd, dd, D))                        \
             continue;                                                               \
         pos_t depth_ = (pos_t)((ds) + q_) * H + (hs);                               \
         UNROLL for (int t_ = wh_.first; t_ < wh_.end; t_ += wh_.step) {             \
@@ -123,14 +147,22 @@ inline int no_tap(int t, int start, int n, int s, int k, int d, int size)
                     continue;                                                       \
                 pos_t at = row_ + u_;                                               \
                 acc_t v = LOAD(xp, at);                                             \
-                UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)                        \
-                    UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)                    \
-                        if (TILE_TAP(t_, r, CLPOOL_ROWS, sh, kh, dh)                \
-                            && TILE_TAP(u_, c, CLPOOL_COLS, sw, kw, dw))            \
-                            FOLD;                                                   \
+                FOR_TILE(i, r, c)                                                   \
+                    if (TILE_TAP(q_, i, CLPOOL_3D_DEPTHS, sd, kd, dd)               \
+                        && TILE_TAP(t_, r, CLPOOL_ROWS, sh, kh, dh)                 \
+                        && TILE_TAP(u_, c, CLPOOL_COLS, sw, kw, dw))                \
+                        FOLD;                                                       \
             }                                                                       \
         }                                                                           \
     }
+
+/* Loops (i, r, c) over the outputs of a forward tile that lie inside the output; o is
+ * the output's offset. */
+#define FOR_TILE_OUTPUTS(i, r, c, od0, oh0, ow0)                                    \
+    for (int i = 0; i < CLPOOL_3D_DEPTHS && (od0) + i < OD; ++i)                    \
+        for (int r = 0; r < CLPOOL_ROWS && (oh0) + r < OH; ++r)                     \
+            for (int c = 0; c < CLPOOL_COLS && (ow0) + c < OW; ++c)
+#define TILE_OUTPUT3D(volume, od, oh, ow) ((((volume) * OD + (od)) * OH + (oh)) * OW + (ow))
 
 /* out = max over the window, NaN winning (the last NaN in window order keeps its index,
  * as in PyTorch) and ties keeping the first element in (d, h, w) window order; a window
@@ -143,37 +175,100 @@ __kernel void max_pool3d_forward(__global const elem_t *restrict x,
 {
     FIX_WINDOW3D();
     FIX_DILATION3D();
-    FORWARD_TILE(oh0, ow0, OH, OW);
-    long z = get_global_id(2);
-    SPLIT_ROW(z, OD, volume, od);
+    FORWARD_TILE3D(od0, oh0, ow0, volume);
     __global const elem_t *xp = x + volume * D * H * W;
-    int ds = od * sd - pd, hs = oh0 * sh - ph, ws = ow0 * sw - pw;
-    acc_t best[CLPOOL_ROWS][CLPOOL_COLS];
-    pos_t best_i[CLPOOL_ROWS][CLPOOL_COLS];
-    UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
-        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c) {
-            best[r][c] = -INFINITY;
-            best_i[r][c] = -1;
-        }
+    int ds = od0 * sd - pd, hs = oh0 * sh - ph, ws = ow0 * sw - pw;
+    acc_t best[CLPOOL_3D_DEPTHS][CLPOOL_ROWS][CLPOOL_COLS];
+    pos_t best_i[CLPOOL_3D_DEPTHS][CLPOOL_ROWS][CLPOOL_COLS];
+    FOR_TILE(i, r, c) {
+        best[i][r][c] = -INFINITY;
+        best_i[i][r][c] = -1;
+    }
     WALK_TILE3D(xp, ds, hs, ws,
-                if (FIRST_TAP(best_i[r][c]) || v > best[r][c] || isnan(v)) {
-                    best[r][c] = v;
-                    best_i[r][c] = at;
+                if (FIRST_TAP(best_i[i][r][c]) || v > best[i][r][c] || isnan(v)) {
+                    best[i][r][c] = v;
+                    best_i[i][r][c] = at;
                 })
-    for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r)
-        for (int c = 0; c < CLPOOL_COLS && ow0 + c < OW; ++c) {
-            long o = (z * OH + oh0 + r) * OW + ow0 + c;
-            STORE(out, o, best[r][c]);
+    FOR_TILE_OUTPUTS(i, r, c, od0, oh0, ow0) {
+        long o = TILE_OUTPUT3D(volume, od0 + i, oh0 + r, ow0 + c);
+        STORE(out, o, best[i][r][c]);
 #ifndef CLPOOL_NO_INDICES
-            indices[o] = (index_t)best_i[r][c];
+        indices[o] = (index_t)best_i[i][r][c];
 #endif
-        }
+    }
 }
+
+/* The windows of an axis (stride s, padding p, extent span, `out` of them) that can reach
+ * a backward tile's positions i0 .. i0 + n - 1: window first + b for b < count, where it
+ * lies in 0 .. end - 1, starting at i0 - lead + b * s. With the window sizes constant and
+ * n a multiple of s (so is i0), count and lead are constants: whether window b covers
+ * position t of the tile (COVERS) folds at build time. */
+typedef struct {
+    int first, count, lead, end;
+} tile_windows;
+
+inline tile_windows windows_of_tile(int i0, int n, int size, int s, int p, int span, int out)
+{
+    tile_windows t;
+    int before = (span - 1 - p) / s; /* windows before the one starting in i0 .. i0 + s - 1 */
+    if (UNROLLED3D && n % s == 0 && before + (n - 1 + p) / s < SHORT_COUNT) {
+        t.first = i0 / s - before;
+        t.count = before + (n - 1 + p) / s + 1;
+        t.lead = before * s + p;
+        t.end = out;
+    } else {
+        window_range r = windows_reaching(i0, n, size, s, p, span, out);
+        t.first = r.first;
+        t.count = windows_to_visit(r);
+        t.lead = i0 - (r.first * s - p);
+        t.end = r.end;
+    }
+    return t;
+}
+
+/* True when window first + b of t covers position i of its tile of n (any window that
+ * reaches a tile of one covers it). */
+#define COVERS(t, i, b, n, s, span) ((n) == 1 || INSIDE((i) + (t).lead - (b) * (s), span))
+
+/* Loops over the windows (od, oh, ow) that can reach this work-item's tile, in ascending
+ * output order: window numbers a, b, e in td, th, tw; TILE_OUTPUT is its output's offset
+ * in the volume. Unrolled, the loops run over constant counts, past those windows. */
+#define FOR_TILE_WINDOWS(a, b, e, td, th, tw)                                       \
+    UNROLL for (int a = 0; a < (td).count; ++a)                                     \
+        UNROLL for (int b = 0; b < (th).count; ++b)                                 \
+            UNROLL for (int e = 0; e < (tw).count; ++e)                             \
+                if (!UNROLLED3D                                                     \
+                    || (INSIDE((td).first + a, (td).end) && INSIDE((th).first + b, (th).end) \
+                        && INSIDE((tw).first + e, (tw).end)))
+#define TILE_OUTPUT(a, b, e, td, th, tw)                                            \
+    ((((pos_t)(td).first + (a)) * OH + (th).first + (b)) * OW + (tw).first + (e))
+
+/* Declares the first element (id0, ih0, iw0) of this backward work-item's tile in
+ * `volume`, returning where the tile lies past the input. */
+#define BACKWARD_TILE3D(id0, ih0, iw0, volume)                                      \
+    int iw0 = tile_start(0, CLPOOL_COLS, W), ih0 = tile_start(1, CLPOOL_ROWS, H);   \
+    if (iw0 >= W || ih0 >= H)                                                       \
+        return;                                                                     \
+    SPLIT_ROW((long)get_global_id(2), SLABS(D), volume, slab_);                     \
+    int id0 = slab_ * CLPOOL_3D_DEPTHS
+
+/* Stores g[i][r][c] of a backward tile at the elements inside the volume. */
+#define STORE_TILE3D(g, volume, id0, ih0, iw0)                                      \
+    for (int i = 0; i < CLPOOL_3D_DEPTHS && (id0) + i < D; ++i)                     \
+        for (int r = 0; r < CLPOOL_ROWS && (ih0) + r < H; ++r)                      \
+            for (int c = 0; c < CLPOOL_COLS && (iw0) + c < W; ++c)                  \
+                STORE(grad_x, (volume) * D * H * W + (((pos_t)(id0) + i) * H + (ih0) + r) * W \
+                              + (iw0) + c, g[i][r][c])
+
+#if CLPOOL_INDEX == 32
+typedef uint uindex_t;
+#else
+typedef ulong uindex_t;
+#endif
 
 /* grad_x[e] = sum, in ascending output order, of grad_out over the windows that can
  * contain e and whose index names e. An index naming no element of the volume matches
- * nothing. A work-item gathers its rows one by one (as max_pool2d_backward), each
- * candidate window loaded once for its columns. */
+ * nothing. */
 __kernel void max_pool3d_backward(__global const elem_t *restrict grad_out,
                                   __global const index_t *restrict indices,
                                   __global elem_t *restrict grad_x,
@@ -181,44 +276,111 @@ __kernel void max_pool3d_backward(__global const elem_t *restrict grad_out,
 {
     FIX_WINDOW3D();
     FIX_DILATION3D();
-    int iw0 = tile_start(0, CLPOOL_COLS, W);
-    if (iw0 >= W)
-        return;
-    long z = get_global_id(2);
+    BACKWARD_TILE3D(id0, ih0, iw0, volume);
+    long first = volume * OD * OH * OW;
+    __global const elem_t *gp = grad_out + first;
+    __global const index_t *ip = indices + first;
+    int span_d = (kd - 1) * dd + 1, span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
+    tile_windows td = windows_of_tile(id0, CLPOOL_3D_DEPTHS, D, sd, pd, span_d, OD),
+                 th = windows_of_tile(ih0, CLPOOL_ROWS, H, sh, ph, span_h, OH),
+                 tw = windows_of_tile(iw0, CLPOOL_COLS, W, sw, pw, span_w, OW);
+    pos_t self = ((pos_t)id0 * H + ih0) * W + iw0;
+    acc_t g[CLPOOL_3D_DEPTHS][CLPOOL_ROWS][CLPOOL_COLS];
+    FOR_TILE(i, r, c)
+        g[i][r][c] = 0;
+    FOR_TILE_WINDOWS(a, b, e, td, th, tw) {
+        pos_t o = TILE_OUTPUT(a, b, e, td, th, tw);
+        acc_t v = LOAD(gp, o);
+        /* the tile's element that the index names, (i * H + r) * W + c, where it names
+         * one (unsigned: any index, no overflow) */
+        uindex_t named = (uindex_t)ip[o] - (uindex_t)self;
+        FOR_TILE(i, r, c)
+            if (COVERS(td, i, a, CLPOOL_3D_DEPTHS, sd, span_d)
+                && COVERS(th, r, b, CLPOOL_ROWS, sh, span_h)
+                && COVERS(tw, c, e, CLPOOL_COLS, sw, span_w)
+                && named == ((uindex_t)i * H + r) * W + c)
+                g[i][r][c] += v;
+    }
+    STORE_TILE3D(g, volume, id0, ih0, iw0);
+}
+
+#else
+
+/* out = max over the window, NaN winning (the last NaN in window order keeps its index,
+ * as in PyTorch) and ties keeping the first element in (d, h, w) window order; a window
+ * with no element gives -inf and index -1. max_pool3d builds with -DCLPOOL_NO_INDICES
+ * and passes a placeholder for `indices`. */
+__kernel void max_pool3d_forward(__global const elem_t *restrict x,
+                                 __global elem_t *restrict out,
+                                 __global index_t *restrict indices,
+                                 MAX_POOL3D_SIZES)
+{
+    FIX_WINDOW3D();
+    FIX_DILATION3D();
+    ITEM3D(ow, oh, z, OW, OH);
+    SPLIT_ROW(z, OD, volume, od);
+    __global const elem_t *xp = x + volume * D * H * W;
+    int ds = od * sd - pd, hs = oh * sh - ph, ws = ow * sw - pw;
+    int2 ti = taps_within(ds, kd, dd, D), tj = taps_within(hs, kh, dh, H),
+         tk = taps_within(ws, kw, dw, W);
+    acc_t best = -INFINITY;
+    pos_t best_i = -1;
+    for (int i = ti.x; i < ti.y; ++i) {
+        pos_t depth = (pos_t)(ds + i * dd) * H;
+        for (int j = tj.x; j < tj.y; ++j) {
+            pos_t row = (depth + hs + j * dh) * W + ws;
+            for (int k = tk.x; k < tk.y; ++k) {
+                pos_t at = row + k * dw;
+                acc_t v = LOAD(xp, at);
+                if (FIRST_TAP(best_i) || v > best || isnan(v)) {
+                    best = v;
+                    best_i = at;
+                }
+            }
+        }
+    }
+    long o = (z * OH + oh) * OW + ow;
+    STORE(out, o, best);
+#ifndef CLPOOL_NO_INDICES
+    indices[o] = (index_t)best_i;
+#endif
+}
+
+/* grad_x[e] = sum, in ascending output order, of grad_out over the windows that can
+ * contain e and whose index names e. An index naming no element of the volume matches
+ * nothing. */
+__kernel void max_pool3d_backward(__global const elem_t *restrict grad_out,
+                                  __global const index_t *restrict indices,
+                                  __global elem_t *restrict grad_x,
+                                  MAX_POOL3D_SIZES)
+{
+    FIX_WINDOW3D();
+    FIX_DILATION3D();
+    ITEM3D(iw, ih, z, W, H);
     SPLIT_ROW(z, D, volume, id);
     long first = volume * OD * OH * OW;
     __global const elem_t *gp = grad_out + first;
     __global const index_t *ip = indices + first;
-    int span_w = (kw - 1) * dw + 1;
+    pos_t self = ((pos_t)id * H + ih) * W + iw;
     window_range rd = windows_reaching(id, 1, D, sd, pd, (kd - 1) * dd + 1, OD),
-                 rw = windows_reaching(iw0, CLPOOL_COLS, W, sw, pw, span_w, OW);
-    FOR_EACH_ROW(ih, H) {
-        pos_t self = ((pos_t)id * H + ih) * W + iw0;
-        window_range rh = windows_reaching(ih, 1, H, sh, ph, (kh - 1) * dh + 1, OH);
-        acc_t g[CLPOOL_COLS];
-        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
-            g[c] = 0;
-        UNROLL for (int a = 0; a < windows_to_visit(rd); ++a)
-            UNROLL for (int b = 0; b < windows_to_visit(rh); ++b)
-                UNROLL for (int e = 0; e < windows_to_visit(rw); ++e) {
-                    int od = rd.first + a, oh = rh.first + b, ow = rw.first + e;
-                    if (od >= rd.end || oh >= rh.end || ow >= rw.end)
-                        continue;
-                    pos_t o = ((pos_t)od * OH + oh) * OW + ow;
-                    acc_t v = LOAD(gp, o);
-                    index_t at = ip[o];
-                    int left = iw0 - (ow * sw - pw); /* column iw0 in window ow */
-                    UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
-                        g[c] += at == self + c && INSIDE(left + c, span_w) ? v : (acc_t)0;
-                }
-        for (int c = 0; c < CLPOOL_COLS && iw0 + c < W; ++c)
-            STORE(grad_x, volume * D * H * W + self + c, g[c]);
-    }
+                 rh = windows_reaching(ih, 1, H, sh, ph, (kh - 1) * dh + 1, OH),
+                 rw = windows_reaching(iw, 1, W, sw, pw, (kw - 1) * dw + 1, OW);
+    acc_t g = 0;
+    for (int od = rd.first; od < rd.end; ++od)
+        for (int oh = rh.first; oh < rh.end; ++oh)
+            for (int ow = rw.first; ow < rw.end; ++ow) {
+                pos_t o = ((pos_t)od * OH + oh) * OW + ow;
+                if (ip[o] == self)
+                    g += LOAD(gp, o);
+            }
+    STORE(grad_x, volume * D * H * W + self, g);
 }
 
+#endif
+
 /* Divisors: at most the window's elements, fewer than 2^31 where its sizes are constants
- * (32-bit arithmetic then). */
-#if defined(CLPOOL_3D_KD) && CLPOOL_3D_KD * CLPOOL_3D_KH * CLPOOL_3D_KW < 2147483647
+ * (32-bit arithmetic then, in the tiled kernels: the others ran 13% slower so under PoCL). */
+#if TILED3D && defined(CLPOOL_3D_KD) && CLPOOL_3D_KD * CLPOOL_3D_KH * CLPOOL_3D_KW < 2147483647
 typedef int divisor_t;
 #else
 typedef long divisor_t;
@@ -242,6 +404,7 @@ inline divisor_t avg_divisor3d(int ds, int hs, int ws, AVG_POOL3D_SIZES)
     D, H, W, OD, OH, OW, kd, kh, kw, sd, sh, sw, pd, ph, pw, count_include_pad,     \
     divisor_override
 
+#if TILED3D
 /* out = the sum over the window's elements inside the volume / its divisor. */
 __kernel void avg_pool3d_forward(__global const elem_t *restrict x,
                                  __global elem_t *restrict out,
@@ -249,22 +412,18 @@ __kernel void avg_pool3d_forward(__global const elem_t *restrict x,
 {
     int dd = 1, dh = 1, dw = 1;
     FIX_WINDOW3D();
-    FORWARD_TILE(oh0, ow0, OH, OW);
-    long z = get_global_id(2);
-    SPLIT_ROW(z, OD, volume, od);
+    FORWARD_TILE3D(od0, oh0, ow0, volume);
     __global const elem_t *xp = x + volume * D * H * W;
-    int ds = od * sd - pd, hs = oh0 * sh - ph, ws = ow0 * sw - pw;
-    acc_t sum[CLPOOL_ROWS][CLPOOL_COLS];
-    UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
-        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
-            sum[r][c] = 0;
-    WALK_TILE3D(xp, ds, hs, ws, sum[r][c] += v)
-    for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r)
-        for (int c = 0; c < CLPOOL_COLS && ow0 + c < OW; ++c) {
-            divisor_t div = avg_divisor3d(ds, hs + r * sh, ws + c * sw, AVG_POOL3D_ARGS);
-            STORE(out, (z * OH + oh0 + r) * OW + ow0 + c,
-                  div ? sum[r][c] / (acc_t)div : (acc_t)0);
-        }
+    int ds = od0 * sd - pd, hs = oh0 * sh - ph, ws = ow0 * sw - pw;
+    acc_t sum[CLPOOL_3D_DEPTHS][CLPOOL_ROWS][CLPOOL_COLS];
+    FOR_TILE(i, r, c)
+        sum[i][r][c] = 0;
+    WALK_TILE3D(xp, ds, hs, ws, sum[i][r][c] += v)
+    FOR_TILE_OUTPUTS(i, r, c, od0, oh0, ow0) {
+        divisor_t div = avg_divisor3d(ds + i * sd, hs + r * sh, ws + c * sw, AVG_POOL3D_ARGS);
+        STORE(out, TILE_OUTPUT3D(volume, od0 + i, oh0 + r, ow0 + c),
+              div ? sum[i][r][c] / (acc_t)div : (acc_t)0);
+    }
 }
 
 /* grad_x[e] = sum, in ascending output order, of grad_out / divisor over the windows
@@ -274,38 +433,75 @@ __kernel void avg_pool3d_backward(__global const elem_t *restrict grad_out,
                                   AVG_POOL3D_SIZES)
 {
     FIX_WINDOW3D();
-    int iw0 = tile_start(0, CLPOOL_COLS, W), ih0 = tile_start(1, CLPOOL_ROWS, H);
-    if (iw0 >= W || ih0 >= H)
-        return;
-    long z = get_global_id(2);
+    BACKWARD_TILE3D(id0, ih0, iw0, volume);
+    __global const elem_t *gp = grad_out + volume * OD * OH * OW;
+    tile_windows td = windows_of_tile(id0, CLPOOL_3D_DEPTHS, D, sd, pd, kd, OD),
+                 th = windows_of_tile(ih0, CLPOOL_ROWS, H, sh, ph, kh, OH),
+                 tw = windows_of_tile(iw0, CLPOOL_COLS, W, sw, pw, kw, OW);
+    acc_t g[CLPOOL_3D_DEPTHS][CLPOOL_ROWS][CLPOOL_COLS];
+    FOR_TILE(i, r, c)
+        g[i][r][c] = 0;
+    FOR_TILE_WINDOWS(a, b, e, td, th, tw) {
+        divisor_t div = avg_divisor3d((td.first + a) * sd - pd, (th.first + b) * sh - ph,
+                                      (tw.first + e) * sw - pw, AVG_POOL3D_ARGS);
+        acc_t v = LOAD(gp, TILE_OUTPUT(a, b, e, td, th, tw)) / (acc_t)div;
+        FOR_TILE(i, r, c)
+            if (COVERS(td, i, a, CLPOOL_3D_DEPTHS, sd, kd) && COVERS(th, r, b, CLPOOL_ROWS, sh, kh)
+                && COVERS(tw, c, e, CLPOOL_COLS, sw, kw))
+                g[i][r][c] += v;
+    }
+    STORE_TILE3D(g, volume, id0, ih0, iw0);
+}
+
+#else
+
+/* out = the sum over the window's elements inside the volume / its divisor. */
+__kernel void avg_pool3d_forward(__global const elem_t *restrict x,
+                                 __global elem_t *restrict out,
+                                 AVG_POOL3D_SIZES)
+{
+    FIX_WINDOW3D();
+    ITEM3D(ow, oh, z, OW, OH);
+    SPLIT_ROW(z, OD, volume, od);
+    __global const elem_t *xp = x + volume * D * H * W;
+    int ds = od * sd - pd, hs = oh * sh - ph, ws = ow * sw - pw;
+    int d1 = min(ds + kd, D), h1 = min(hs + kh, H), w1 = min(ws + kw, W);
+    acc_t sum = 0;
+    for (int d = max(ds, 0); d < d1; ++d)
+        for (int h = max(hs, 0); h < h1; ++h) {
+            pos_t row = ((pos_t)d * H + h) * W;
+            for (int w = max(ws, 0); w < w1; ++w)
+                sum += LOAD(xp, row + w);
+        }
+    long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
+    STORE(out, (z * OH + oh) * OW + ow, div ? sum / (acc_t)div : (acc_t)0);
+}
+
+/* grad_x[e] = sum, in ascending output order, of grad_out / divisor over the windows
+ * containing e (the forward's divisors). */
+__kernel void avg_pool3d_backward(__global const elem_t *restrict grad_out,
+                                  __global elem_t *restrict grad_x,
+                                  AVG_POOL3D_SIZES)
+{
+    FIX_WINDOW3D();
+    ITEM3D(iw, ih, z, W, H);
     SPLIT_ROW(z, D, volume, id);
     __global const elem_t *gp = grad_out + volume * OD * OH * OW;
     window_range rd = windows_reaching(id, 1, D, sd, pd, kd, OD),
-                 rh = windows_reaching(ih0, CLPOOL_ROWS, H, sh, ph, kh, OH),
-                 rw = windows_reaching(iw0, CLPOOL_COLS, W, sw, pw, kw, OW);
-    acc_t g[CLPOOL_ROWS][CLPOOL_COLS];
-    UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
-        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
-            g[r][c] = 0;
-    UNROLL for (int a = 0; a < windows_to_visit(rd); ++a)
-        UNROLL for (int b = 0; b < windows_to_visit(rh); ++b)
-            UNROLL for (int e = 0; e < windows_to_visit(rw); ++e) {
-                int od = rd.first + a, oh = rh.first + b, ow = rw.first + e;
-                if (od >= rd.end || oh >= rh.end || ow >= rw.end)
-                    continue;
-                int top = oh * sh - ph, left = ow * sw - pw;
-                acc_t v = LOAD(gp, ((pos_t)od * OH + oh) * OW + ow)
-                          / (acc_t)avg_divisor3d(od * sd - pd, top, left, AVG_POOL3D_ARGS);
-                UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
-                    UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
-                        g[r][c] += INSIDE(ih0 + r - top, kh) && INSIDE(iw0 + c - left, kw)
-                                       ? v : (acc_t)0;
+                 rh = windows_reaching(ih, 1, H, sh, ph, kh, OH),
+                 rw = windows_reaching(iw, 1, W, sw, pw, kw, OW);
+    acc_t g = 0;
+    for (int od = rd.first; od < rd.end; ++od)
+        for (int oh = rh.first; oh < rh.end; ++oh)
+            for (int ow = rw.first; ow < rw.end; ++ow) {
+                long div = avg_divisor3d(od * sd - pd, oh * sh - ph, ow * sw - pw,
+                                         AVG_POOL3D_ARGS);
+                g += LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / (acc_t)div;
             }
-    for (int r = 0; r < CLPOOL_ROWS && ih0 + r < H; ++r)
-        for (int c = 0; c < CLPOOL_COLS && iw0 + c < W; ++c)
-            STORE(grad_x, volume * D * H * W + ((pos_t)id * H + ih0 + r) * W + iw0 + c,
-                  g[r][c]);
+    STORE(grad_x, volume * D * H * W + ((pos_t)id * H + ih) * W + iw, g);
 }
+
+#endif
 
 /* floor(i*size/n), or the ceiling when `up`: in 32 bits while the product fits (64-bit
  * division is slow on GPUs). Adaptive cell i of n over an axis of `size` spans

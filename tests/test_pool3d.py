@@ -227,8 +227,10 @@ def test_avg_pool3d_refuses_an_input_smaller_than_its_kernel_even_with_padding()
 # ---------------------------------------------------------------- tiles
 
 # Tiles of outputs (forward) or inputs (backward) per work-item, as a GPU plans them (window
-# sizes as constants, loops unrolled), forced odd ones, and without constants.
-TILES = [dict(gpu=True), dict(gpu=True, rows=3, cols=2), dict(specialize=False, rows=2, cols=3)]
+# sizes as constants, loops unrolled, the depths of pool3d.DEPTHS), forced odd ones, and
+# without constants: (policy, depths per work-item or None).
+TILES = [(dict(gpu=True), None), (dict(gpu=True, rows=3, cols=2), 3),
+         (dict(specialize=False, rows=2, cols=3), None)]  # fmt: skip
 
 
 def _all_window_ops(x, g, case, avg):
@@ -245,17 +247,19 @@ def _all_window_ops(x, g, case, avg):
 
 @pytest.mark.parametrize("tile", range(len(TILES)))
 @pytest.mark.parametrize("case", range(0, 24, 3))
-def test_tiles_give_the_results_of_one_output_per_work_item_bit_for_bit(case, tile):
+def test_tiles_give_the_results_of_one_output_per_work_item_bit_for_bit(case, tile, monkeypatch):
     """(rounding included: random sums, so that an order of summation would show)"""
+    tiled, depths = TILES[tile]
+    for name in pool3d.DEPTHS:
+        monkeypatch.setitem(pool3d.DEPTHS, name, depths or pool3d.DEPTHS[name])
     for avg, cases in ((False, MAX_CASES), (True, AVG_CASES)):
-        shape = cases[case][0]
+        shape, k, s, p, d, ceil = cases[case]
         x = _data(shape, np.float32, case) + np.random.default_rng(case).random(shape, np.float32)
-        out = clpool.avg_pool3d(x, *cases[case][1:4], cases[case][5]) if avg else None
-        shape_out = out.shape if avg else clpool.max_pool3d(x, *cases[case][1:]).shape
-        g = np.random.default_rng(case + 1).standard_normal(shape_out).astype(np.float32)
+        out = clpool.avg_pool3d(x, k, s, p, ceil) if avg else clpool.max_pool3d(x, k, s, p, d, ceil)
+        g = np.random.default_rng(case + 1).standard_normal(out.shape).astype(np.float32)
         with policy.use(gpu=False, rows=1, cols=1):
             want = _all_window_ops(x, g, cases[case], avg)
-        with policy.use(**TILES[tile]):
+        with policy.use(**tiled):
             got = _all_window_ops(x, g, cases[case], avg)
         for a, b in zip(got, want, strict=True):
             assert a.tobytes() == b.tobytes()
