@@ -39,6 +39,12 @@ TILES = {
         "adaptive_avg_pool2d_forward": (2, 1),
         "adaptive_avg_pool2d_backward equal": (16, 2),
         "adaptive_avg_pool2d_backward": (16, 2),
+        # The 3-D kernels (kernels_cl/pool3d.cl; their depths: pool3d.DEPTHS).
+        "max_pool3d_forward": (2, 2),
+        "max_pool3d_values": (2, 2),
+        "max_pool3d_backward": (2, 2),
+        "avg_pool3d_forward": (2, 2),
+        "avg_pool3d_backward": (2, 2),
         # Unmeasured on the H200 yet: two rows share a work-item's column bounds.
         "adaptive_max_pool_forward": (2, 1),
         "adaptive_max_pool_backward": (2, 1),

@@ -171,8 +171,9 @@ inline int tile_start(uint dim, int per_item, int size)
 /* Loops over a window or a tile have constant trip counts then; with -DCLPOOL_UNROLL (the
  * host's choice on GPUs) they all unroll, so that NVIDIA's compiler resolves every tap
  * test at build time (without it some tiles ran 2-6x slower on the H200, BENCHMARKS.md).
- * CPU compilers pick their own unrolling, and build much faster without the pragma. */
-#if defined(CLPOOL_KH) && defined(CLPOOL_UNROLL)
+ * CPU compilers pick their own unrolling, and build much faster without the pragma. The
+ * 3-D kernels' constants are -DCLPOOL_3D_KD.. (pool3d.cl). */
+#if (defined(CLPOOL_KH) || defined(CLPOOL_3D_KD)) && defined(CLPOOL_UNROLL)
 #define UNROLL _Pragma("unroll")
 #else
 #define UNROLL
@@ -342,11 +343,12 @@ inline window_range windows_reaching(int i0, int n, int size, int s, int p, int 
 
 /* How many windows of r from r.first a loop visits (it skips those from r.end): r.count
  * where that is a small constant, so that the loop unrolls, else no more than reach the
- * input (a huge window over a small input: a few, not r.count). */
+ * input (a huge window over a small input: a few, not r.count). The 3-D kernels visit
+ * r.count only where they unroll (a CPU visits the windows that reach). */
 #define SHORT_COUNT 64
 inline int windows_to_visit(window_range r)
 {
-#ifdef CLPOOL_KH
+#if defined(CLPOOL_KH) || (defined(CLPOOL_3D_KD) && defined(CLPOOL_UNROLL))
     if (r.count <= SHORT_COUNT)
         return r.count;
 #endif

@@ -11,7 +11,7 @@ import pyopencl.array as cla
 import pytest
 
 import clpool
-from clpool import pool3d
+from clpool import policy, pool3d
 from clpool import reference as ref
 from clpool.errors import PoolArgumentError, UnsupportedDtypeError
 
@@ -222,6 +222,47 @@ def test_avg_pool3d_refuses_an_input_smaller_than_its_kernel_even_with_padding()
         clpool.avg_pool3d(x, 3, padding=1)
     with pytest.raises(PoolArgumentError, match="avg_pool3d_backward kernel failed"):
         clpool.avg_pool3d_backward(np.ones((1, 1, 1, 2, 2), np.float32), x, 3, padding=1)
+
+
+# ---------------------------------------------------------------- tiles
+
+# Tiles of outputs (forward) or inputs (backward) per work-item, as a GPU plans them (window
+# sizes as constants, loops unrolled, the depths of pool3d.DEPTHS), forced odd ones, and
+# without constants: (policy, depths per work-item or None).
+TILES = [(dict(gpu=True), None), (dict(gpu=True, rows=3, cols=2), 3),
+         (dict(specialize=False, rows=2, cols=3), None)]  # fmt: skip
+
+
+def _all_window_ops(x, g, case, avg):
+    """Every windowed 3-D op of `case` on x, the backward ones with gradient g."""
+    shape, k, s, p, d, ceil = case
+    if avg:
+        include, override = shape[0] == 1, 3 if shape[1] == 2 else None
+        return [clpool.avg_pool3d(x, k, s, p, ceil, include, override),
+                clpool.avg_pool3d_backward(g, x, k, s, p, ceil, include, override)]  # fmt: skip
+    v, i = clpool.max_pool3d_with_indices(x, k, s, p, d, ceil)
+    return [v, i, clpool.max_pool3d(x, k, s, p, d, ceil),
+            clpool.max_pool3d_with_indices_backward(g, x, k, s, p, d, ceil, i)]  # fmt: skip
+
+
+@pytest.mark.parametrize("tile", range(len(TILES)))
+@pytest.mark.parametrize("case", range(0, 24, 3))
+def test_tiles_give_the_results_of_one_output_per_work_item_bit_for_bit(case, tile, monkeypatch):
+    """(rounding included: random sums, so that an order of summation would show)"""
+    tiled, depths = TILES[tile]
+    for name in pool3d.DEPTHS:
+        monkeypatch.setitem(pool3d.DEPTHS, name, depths or pool3d.DEPTHS[name])
+    for avg, cases in ((False, MAX_CASES), (True, AVG_CASES)):
+        shape, k, s, p, d, ceil = cases[case]
+        x = _data(shape, np.float32, case) + np.random.default_rng(case).random(shape, np.float32)
+        out = clpool.avg_pool3d(x, k, s, p, ceil) if avg else clpool.max_pool3d(x, k, s, p, d, ceil)
+        g = np.random.default_rng(case + 1).standard_normal(out.shape).astype(np.float32)
+        with policy.use(gpu=False, rows=1, cols=1):
+            want = _all_window_ops(x, g, cases[case], avg)
+        with policy.use(**tiled):
+            got = _all_window_ops(x, g, cases[case], avg)
+        for a, b in zip(got, want, strict=True):
+            assert a.tobytes() == b.tobytes()
 
 
 # ---------------------------------------------------------------- adaptive average pooling
