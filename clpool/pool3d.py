@@ -32,8 +32,8 @@ DEPTHS = {
     "max_pool3d_forward": 2,
     "max_pool3d_values": 2,
     "max_pool3d_backward": 2,
-    "avg_pool3d_forward": 2,
-    "avg_pool3d_backward": 2,
+    "avg_pool3d_forward": 1,
+    "avg_pool3d_backward": 1,
 }
 
 
