@@ -170,7 +170,7 @@ def test_max_pool3d_takes_an_input_smaller_than_its_kernel():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", range(len(AVG_CASES)))
 def test_avg_pool3d_equals_torch(case, dtype):
-    shape, k, s, p, _, ceil = PER_VOLUME[case][1]
+    shape, k, s, p, _, ceil = AVG_CASES[case]
     include_pad = case % 2 == 0
     override = 7 if case % 5 == 0 else None
     x = _data(shape, dtype, case)
@@ -190,7 +190,7 @@ def test_avg_pool3d_equals_torch(case, dtype):
 
 @pytest.mark.parametrize("case", range(0, len(AVG_CASES), 3))
 def test_avg_pool3d_equals_reference(case):
-    shape, k, s, p, _, ceil = PER_VOLUME[case][1]
+    shape, k, s, p, _, ceil = AVG_CASES[case]
     rng = np.random.default_rng(case)
     x = rng.standard_normal(shape)
     for include_pad, override in ((True, None), (False, None), (False, 5)):
