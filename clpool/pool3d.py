@@ -61,15 +61,18 @@ def _specialize(
     win: shapes.Window3d | None = None,
     tuned_as: str | None = None,
     dhw: tuple[int, ...] = (),
+    volumes: int | None = None,
 ) -> int:
     """32-bit splits of the kernel's `rows` (dimension 2) below 2^32 of them, the window's
     sizes as compile-time constants where every one is small (never with
     CLPOOL_SPECIALIZE=0; on a GPU its loops unroll then), and the tile per work-item of a
     windowed kernel tuned as `tuned_as` on a volume `dhw` (kernels_cl/pool3d.cl); returns
-    the tile's depths."""
+    the tile's depths. A backward kernel over `volumes` volumes runs one work-item per
+    volume where the policy says so (p.by_plane: no tile)."""
+    pol = p.policy
+    p.by_plane = volumes is not None and pol.by_plane(p.rt.device, p.dtype, volumes, True)
     if rows < 2**32:
         p.options += ("-DCLPOOL_ROWS32",)
-    pol = p.policy
     unrolled = False
     if win is not None and pol.specialize and max(win.k) <= pol.specialize_up_to:
         fields = (("K", win.k), ("S", win.s), ("P", win.p), ("D", win.d))
@@ -85,6 +88,7 @@ def _specialize(
     if (
         win is None
         or tuned_as is None
+        or p.by_plane
         or any(
             n + 2 * pad + (k - 1) * d + shapes.MAX_TILE * s >= 2**31
             for n, k, s, pad, d in zip(dhw, win.k, win.s, win.p, win.d, strict=True)
@@ -173,6 +177,17 @@ def _step_strided(
     p.steps.append(
         kernels.bind(kernel, sizes, local, slots, C=c, channels_inner=channels_inner, **scalars)
     )
+
+
+def _step_backward(
+    p: Planner, name: str, sizes: tuple[int, int, int], volumes: int, **scalars: Any
+) -> None:
+    """Launch backward gather `name` over `sizes` (W, H, (volume, depth slab) rows), or its
+    `_plane` twin over the `volumes` where _specialize chose that."""
+    if p.by_plane:
+        p.step(f"{name}_plane", (volumes,), local=(1,), **scalars)
+    else:
+        p.step(name, sizes, **scalars)
 
 
 def _plan_max_forward(
@@ -274,13 +289,15 @@ def _plan_max_backward(
     _volumes(p, dhw, win.out)
     p.output("grad_x", x.shape)
     d, h, w = dhw
-    depths = _specialize(p, n * c * d, win, "max_pool3d_backward", dhw)
+    volumes = None if p.strided else n * c
+    depths = _specialize(p, n * c * d, win, "max_pool3d_backward", dhw, volumes)
     _keep_format(p, p.strided and shapes.channels_last_3d(x.shape, p.strides[1]))
     if n * c and p.strided:
         views = {"grad_out": 0, "indices": 2}
         _step_strided(p, "max_pool3d_backward_strided", views, **_max_sizes(win, dhw))
     elif n * c:
-        p.step("max_pool3d_backward", (w, h, n * c * -(-d // depths)), **_max_sizes(win, dhw))
+        grid = (w, h, n * c * -(-d // depths))
+        _step_backward(p, "max_pool3d_backward", grid, n * c, **_max_sizes(win, dhw))
     return p.plan("grad_out", None, "indices")
 
 
@@ -375,12 +392,14 @@ def _plan_avg_backward(
     _volumes(p, dhw, win.out)
     p.output("grad_x", x.shape)
     d, h, w = dhw
-    depths = _specialize(p, n * c * d, win, "avg_pool3d_backward", dhw)
+    volumes = None if p.strided else n * c
+    depths = _specialize(p, n * c * d, win, "avg_pool3d_backward", dhw, volumes)
     sizes = _avg_sizes(win, dhw, include, div)
     if n * c and p.strided:  # C-contiguous, as ATen's
         _step_strided(p, "avg_pool3d_backward_strided", {"grad_out": 0}, **sizes)
     elif n * c:
-        p.step("avg_pool3d_backward", (w, h, n * c * -(-d // depths)), **sizes)
+        grid = (w, h, n * c * -(-d // depths))
+        _step_backward(p, "avg_pool3d_backward", grid, n * c, **sizes)
     return p.plan("grad_out", None)
 
 

@@ -503,6 +503,83 @@ __kernel void avg_pool3d_backward(__global const elem_t *restrict grad_out,
 
 #endif
 
+/* The backward kernels for a CPU, as max_pool2d_backward_plane and
+ * avg_pool2d_backward_plane: one work-item per volume adds each window's gradient (max:
+ * at the element its index names, where that lies inside the volume and the window's span,
+ * as the gathers count it; average: its share at each element inside the volume) in
+ * ascending output order, into depths cleared just before the first window reaches them:
+ * each element then sums the same terms in the same order as the gathers above, bit for
+ * bit. Same arguments as the gathers. */
+
+/* Depths from .. to - 1 of volume p (of planes of HW elements) = 0; returns max(from, to). */
+inline int clear_depths(__global elem_t *p, pos_t HW, int from, int to)
+{
+    if (to > from)
+        add_to_row(p, 0, from * HW, to * HW, 0, 1, 1);
+    return max(from, to);
+}
+
+__kernel void max_pool3d_backward_plane(__global const elem_t *restrict grad_out,
+                                        __global const index_t *restrict indices,
+                                        __global elem_t *restrict grad_x,
+                                        MAX_POOL3D_SIZES)
+{
+    FIX_WINDOW3D();
+    FIX_DILATION3D();
+    long volume = get_global_id(0);
+    pos_t HW = (pos_t)H * W, ODHW = (pos_t)OD * OH * OW;
+    __global const elem_t *gp = grad_out + volume * ODHW;
+    __global const index_t *ip = indices + volume * ODHW;
+    __global elem_t *xp = grad_x + volume * D * HW;
+    int span_d = (kd - 1) * dd + 1, span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
+    int cleared = 0;
+    for (int od = 0; od < OD; ++od) {
+        cleared = clear_depths(xp, HW, cleared, min(od * sd - pd + span_d, D));
+        for (int oh = 0; oh < OH; ++oh)
+            for (int ow = 0; ow < OW; ++ow) {
+                pos_t o = ((pos_t)od * OH + oh) * OW + ow;
+                index_t at = ip[o];
+                if (at < 0 || at >= (index_t)D * HW)
+                    continue;
+                pos_t a = (pos_t)at, id = a / HW, rest = a - id * HW, ih = rest / W;
+                if (INSIDE(id - (od * sd - pd), span_d) && INSIDE(ih - (oh * sh - ph), span_h)
+                    && INSIDE(rest - ih * W - (ow * sw - pw), span_w))
+                    STORE(xp, a, LOAD(xp, a) + LOAD(gp, o));
+            }
+    }
+    clear_depths(xp, HW, cleared, D);
+}
+
+__kernel void avg_pool3d_backward_plane(__global const elem_t *restrict grad_out,
+                                        __global elem_t *restrict grad_x,
+                                        AVG_POOL3D_SIZES)
+{
+    FIX_WINDOW3D();
+    long volume = get_global_id(0);
+    pos_t HW = (pos_t)H * W;
+    __global const elem_t *gp = grad_out + volume * OD * OH * OW;
+    __global elem_t *xp = grad_x + volume * D * HW;
+    int cleared = 0;
+    for (int od = 0; od < OD; ++od) {
+        int ds = od * sd - pd, d0 = max(ds, 0), d1 = min(ds + kd, D);
+        cleared = clear_depths(xp, HW, cleared, d1);
+        for (int oh = 0; oh < OH; ++oh) {
+            int hs = oh * sh - ph, h0 = max(hs, 0), h1 = min(hs + kh, H);
+            for (int ow = 0; ow < OW; ++ow) {
+                int ws = ow * sw - pw, w0 = max(ws, 0), w1 = min(ws + kw, W);
+                if (d0 >= d1 || h0 >= h1 || w0 >= w1)
+                    continue; /* no element (a divisor of 0) */
+                long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
+                acc_t v = LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / (acc_t)div;
+                for (int d = d0; d < d1; ++d)
+                    for (int h = h0; h < h1; ++h)
+                        add_to_row(xp, (pos_t)d * HW + (pos_t)h * W, w0, w1, v, 0, kw >= 16);
+            }
+        }
+    }
+    clear_depths(xp, HW, cleared, D);
+}
+
 /* floor(i*size/n), or the ceiling when `up`: in 32 bits while the product fits (64-bit
  * division is slow on GPUs). Adaptive cell i of n over an axis of `size` spans
  * [cell_first(i, size, n), cell_last(i, size, n)); the cells of n over `size` that contain

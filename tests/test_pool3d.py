@@ -257,12 +257,68 @@ def test_tiles_give_the_results_of_one_output_per_work_item_bit_for_bit(case, ti
         x = _data(shape, np.float32, case) + np.random.default_rng(case).random(shape, np.float32)
         out = clpool.avg_pool3d(x, k, s, p, ceil) if avg else clpool.max_pool3d(x, k, s, p, d, ceil)
         g = np.random.default_rng(case + 1).standard_normal(out.shape).astype(np.float32)
-        with policy.use(gpu=False, rows=1, cols=1):
+        with policy.use(gpu=False, rows=1, cols=1, per_plane=False):
             want = _all_window_ops(x, g, cases[case], avg)
         with policy.use(**tiled):
             got = _all_window_ops(x, g, cases[case], avg)
         for a, b in zip(got, want, strict=True):
             assert a.tobytes() == b.tobytes()
+
+
+# ---------------------------------------------------------------- one work-item per volume
+
+
+def _scrambled(idx: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """idx with some indices swapped for any element of a volume of `size` (in or out of
+    their window, often one that other windows name too) and some for none (-1, -7, one
+    past the volume, far past it)."""
+    bad = idx.copy().reshape(-1)
+    picks = rng.random(bad.size)
+    anywhere, outside = picks < 0.3, picks > 0.9
+    bad[anywhere] = rng.integers(0, size, int(anywhere.sum()))
+    bad[outside] = rng.choice([-1, -7, size, size + 1000], int(outside.sum()))
+    return bad.reshape(idx.shape)
+
+
+# (max case, average case): random ones, and windows overlapping along every axis (27 of
+# them reach an element: an order of summation shows).
+PER_VOLUME = [(MAX_CASES[i], AVG_CASES[i]) for i in range(0, 24, 2)] + [
+    (((2, 3, 6, 7, 9), 3, 1, 1, (1, 2, 1), True), ((2, 3, 6, 7, 9), 3, 1, 1, 1, True))
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", range(len(PER_VOLUME)))
+def test_the_backward_per_volume_equals_the_gather_bit_for_bit(case, dtype, launched):
+    """max_pool3d_backward_plane and avg_pool3d_backward_plane against the gathers of one
+    input element per work-item (random gradients, so that the order of summation would
+    show); max with its indices, and with indices outside their windows, repeated, and
+    outside the volume."""
+    rng = np.random.default_rng(case)
+    shape, k, s, p, d, ceil = PER_VOLUME[case][0]
+    x = (_data(shape, dtype, case) + rng.random(shape)).astype(dtype)
+    _, i = clpool.max_pool3d_with_indices(x, k, s, p, d, ceil)
+    g = rng.standard_normal(i.shape).astype(dtype)
+    bad = _scrambled(i, int(np.prod(shape[2:])), rng)
+    window = (k, s, p, d, ceil)
+    runs = [
+        ("max_pool3d_backward", lambda j: clpool.max_pool3d_with_indices_backward(
+            g, x, *window, j), index) for index in (i, bad)
+    ]  # fmt: skip
+    shape, k, s, p, _, ceil = PER_VOLUME[case][1]
+    y = (_data(shape, dtype, case) + rng.random(shape)).astype(dtype)
+    include, override = bool(case % 2), (None, 3, 7)[case % 3]
+    ga = rng.standard_normal(clpool.avg_pool3d(y, k, s, p, ceil).shape).astype(dtype)
+    runs.append(("avg_pool3d_backward", lambda _: clpool.avg_pool3d_backward(
+        ga, y, k, s, p, ceil, include, override), None))  # fmt: skip
+    for name, run, arg in runs:
+        with policy.use(per_plane=False):
+            want = run(arg)
+        assert launched[-1][0] == name
+        with policy.use(per_plane=True):
+            got = run(arg)
+        assert launched[-1][0] == f"{name}_plane"
+        assert got.tobytes() == want.tobytes()
 
 
 # ---------------------------------------------------------------- adaptive average pooling
