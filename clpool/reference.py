@@ -299,7 +299,8 @@ def unpool_size(
 def _flat(x: npt.ArrayLike, spatial: int, dtype: npt.DTypeLike) -> np.ndarray:
     """x as (planes, elements per plane) over its last `spatial` axes."""
     a = np.asarray(x)
-    return a.astype(dtype).reshape(-1, math.prod(a.shape[len(a.shape) - spatial :]))
+    lead = len(a.shape) - spatial  # no -1: a plane of no elements leaves it undefined
+    return a.astype(dtype).reshape(math.prod(a.shape[:lead]), math.prod(a.shape[lead:]))
 
 
 def max_unpool(

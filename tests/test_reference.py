@@ -221,3 +221,15 @@ def test_fixed_avg_divisor_is_every_windows_divisor():
     assert shapes.avg_divisor((112, 112), win, False, 0) == 0  # edge windows count fewer
     win = shapes.window((5, 5), 2, 2, 0, 1, True, family="avg")  # the last window overhangs
     assert shapes.avg_divisor((5, 5), win, True, 0) == 0
+
+
+def test_scatter_backward_of_an_empty_output_is_zeros():
+    """A plane of no elements (an output of size 0) scatters nothing: zeros of x's shape
+    (reshape(-1, 0) cannot tell the planes, so _flat must not infer them)."""
+    x = np.ones((1, 2, 3, 3))
+    empty = np.zeros((1, 2, 0, 2))
+    for rank in (2, 3):
+        shape = x.shape if rank == 2 else (1, *x.shape)
+        g = empty if rank == 2 else empty[None]
+        got = ref.adaptive_max_pool_backward(g, x.reshape(shape), g.astype(np.int64), rank)
+        assert got.shape == shape and not got.any()
