@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyopencl as cl
+import pyopencl._cl as _cl
 import pytest
 
 from clpool import discovery, launch, plans, policy, programs, verify
@@ -151,8 +152,11 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, launch
     ran = getattr(request.node, "rep_call", None)
     if ran is None or ran.skipped:
         return  # the test did not run (the device lacks its dtype)
-    windowed = [(n, t) for n, t in launched
-                if n.startswith(("max_pool2d_", "avg_pool2d_", "adaptive_avg_pool2d_backward"))]
+    windowed = [
+        (n, t)
+        for n, t in launched
+        if n.startswith(("max_pool2d_", "avg_pool2d_", "adaptive_avg_pool2d_backward"))
+    ]
     assert windowed
     for name, dtype in windowed:
         # 16-bit backward kernels per plane would round at each addition: bfloat16 and
@@ -171,3 +175,19 @@ def torch_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of every kernel enqueued through PyOpenCL during the test (clpool's or
+    PyOpenCL's own: pyopencl._cl.enqueue_nd_range_kernel under either name)."""
+    names: list[str] = []
+    enqueue = _cl.enqueue_nd_range_kernel
+
+    def recording(queue, kernel, *args, **kwargs):
+        names.append(kernel.function_name)
+        return enqueue(queue, kernel, *args, **kwargs)
+
+    monkeypatch.setattr(_cl, "enqueue_nd_range_kernel", recording)
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", recording)
+    return names

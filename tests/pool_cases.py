@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -33,12 +34,20 @@ class Case:
 
     @property
     def avg_args(self) -> tuple:
-        return (self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                self.avg.get("count_include_pad", True), self.avg.get("divisor_override"))
+        return (
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.ceil_mode,
+            self.avg.get("count_include_pad", True),
+            self.avg.get("divisor_override"),
+        )
 
     def __str__(self) -> str:
-        return (f"shape={self.shape} k={self.kernel_size} s={self.stride} p={self.padding} "
-                f"d={self.dilation} ceil={self.ceil_mode} {self.avg}")
+        return (
+            f"shape={self.shape} k={self.kernel_size} s={self.stride} p={self.padding} "
+            f"d={self.dilation} ceil={self.ceil_mode} {self.avg}"
+        )
 
 
 def _form(rng: np.random.Generator, pair: tuple[int, int]) -> object:
@@ -51,8 +60,9 @@ def _form(rng: np.random.Generator, pair: tuple[int, int]) -> object:
 def _window_shape(rng: np.random.Generator, family: str) -> tuple[tuple, tuple, tuple]:
     """Random (kernel, stride, dilation); now and then a kernel too big to be specialised."""
     big = rng.random() < 0.1
-    k = tuple(int(v) for v in rng.integers(9, 11, 2) if big) or \
-        tuple(int(v) for v in rng.integers(1, 5, 2))
+    k = tuple(int(v) for v in rng.integers(9, 11, 2) if big) or tuple(
+        int(v) for v in rng.integers(1, 5, 2)
+    )
     d = tuple(int(v) for v in rng.integers(1, 4, 2)) if family == "max" and not big else (1, 1)
     s = tuple(int(v) for v in rng.integers(1, 5, 2))
     if rng.random() < 0.4:  # overlapping windows are the interesting ones for backward
@@ -60,9 +70,16 @@ def _window_shape(rng: np.random.Generator, family: str) -> tuple[tuple, tuple, 
     return k, s, d
 
 
-def window_cases(seed: int, count: int, *, family: str, torch_rule: bool = False,
-                 max_hw: int = 12, batch: tuple[int, ...] = (2, 3),
-                 windows: int = 8) -> list[Case]:
+def window_cases(
+    seed: int,
+    count: int,
+    *,
+    family: str,
+    torch_rule: bool = False,
+    max_hw: int = 12,
+    batch: tuple[int, ...] = (2, 3),
+    windows: int = 8,
+) -> list[Case]:
     """`count` random valid cases of the "max" or "avg" family over `windows` random
     (kernel, stride, dilation) triples: clpool builds a program per small window, so the
     number of triples, not of cases, sets the build time.
@@ -74,8 +91,10 @@ def window_cases(seed: int, count: int, *, family: str, torch_rule: bool = False
     cases: list[Case] = []
     while len(cases) < count:
         k, s, d = triples[int(rng.integers(len(triples)))]
-        limits = [kk // 2 if torch_rule or family == "avg" else ((kk - 1) * dd + 1) // 2
-                  for kk, dd in zip(k, d, strict=True)]
+        limits = [
+            kk // 2 if torch_rule or family == "avg" else ((kk - 1) * dd + 1) // 2
+            for kk, dd in zip(k, d, strict=True)
+        ]
         p = tuple(int(rng.integers(0, lim + 1)) for lim in limits)
         ceil = bool(rng.integers(2))
         hw = tuple(int(v) for v in rng.integers(1, max(max_hw, *k) + 1, 2))
@@ -90,8 +109,9 @@ def window_cases(seed: int, count: int, *, family: str, torch_rule: bool = False
             avg["count_include_pad"] = bool(rng.integers(2))
             if rng.random() < 0.3:
                 avg["divisor_override"] = int(rng.choice([-3, 1, 2, 5, 7]))
-        cases.append(Case(lead + hw, _form(rng, k), stride, _form(rng, p), _form(rng, d),
-                          ceil, avg))
+        cases.append(
+            Case(lead + hw, _form(rng, k), stride, _form(rng, p), _form(rng, d), ceil, avg)
+        )
     return cases
 
 
@@ -100,8 +120,12 @@ def adaptive_cases(seed: int, count: int, max_hw: int = 12) -> list[tuple[tuple,
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(count):
-        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)),
-                 int(rng.integers(1, max_hw + 1)), int(rng.integers(1, max_hw + 1)))
+        shape = (
+            int(rng.integers(1, 3)),
+            int(rng.integers(1, 4)),
+            int(rng.integers(1, max_hw + 1)),
+            int(rng.integers(1, max_hw + 1)),
+        )
         if rng.random() < 0.15:
             shape = shape[1:]
         size: object = tuple(int(v) for v in rng.integers(1, max_hw + 2, 2))
@@ -114,8 +138,9 @@ def adaptive_cases(seed: int, count: int, max_hw: int = 12) -> list[tuple[tuple,
     return out
 
 
-def data(rng: np.random.Generator, shape: tuple[int, ...], dtype=np.float32,
-         special: bool = False) -> np.ndarray:
+def data(
+    rng: np.random.Generator, shape: tuple[int, ...], dtype=np.float32, special: bool = False
+) -> np.ndarray:
     """Random input; with `special`, often small integers (ties) and some NaN and -inf."""
     if special and rng.random() < 0.5:
         x = rng.integers(-2, 3, shape).astype(np.float64)
@@ -142,8 +167,10 @@ def assert_close(got, want, rtol: float = 1e-5, context: object = "") -> None:
 
 
 def message_re(label: str, device: cl.Device, dtype: str) -> str:
-    return (rf"^{re.escape(label)} kernel failed \(device={re.escape(device.name.strip())}, "
-            rf"dtype={dtype}\): \S")
+    return (
+        rf"^{re.escape(label)} kernel failed \(device={re.escape(device.name.strip())}, "
+        rf"dtype={dtype}\): \S"
+    )
 
 
 def check_error(info: pytest.ExceptionInfo, label: str, device: cl.Device, dtype: str) -> None:
@@ -179,3 +206,14 @@ def in_threads(work: Callable[[int], object], n: int = 8, timeout: float = 300) 
     for t in threads:
         t.join(timeout)
     assert not errors, errors[0]
+
+
+def kernel_waits(gate: cl.UserEvent, kernel: cl.Event, queue: cl.CommandQueue) -> None:
+    """Kernel `kernel` has not run while `gate` is open, then `gate` is set."""
+    try:
+        assert kernel.command_type == cl.command_type.NDRANGE_KERNEL
+        queue.flush()
+        time.sleep(0.3)  # ample for the kernel to run, had it not waited for the gate
+        assert kernel.command_execution_status != cl.command_execution_status.COMPLETE
+    finally:
+        gate.set_status(cl.command_execution_status.COMPLETE)

@@ -8,12 +8,12 @@ import inspect
 import re
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 import pytest
+from pool_cases import kernel_waits
 
 import clpool
 from clpool import plans
@@ -107,17 +107,31 @@ def _aten_backward(name: str) -> list[tuple[str, object]]:
     return [(n, defaults.get(n, MISSING)) for n in names]
 
 
-FORWARD = ["max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "adaptive_avg_pool2d",
-           "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d",
-           "max_pool3d", "max_pool3d_with_indices", "avg_pool3d", "adaptive_avg_pool3d",
-           "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d"]
+FORWARD = [
+    "max_pool2d",
+    "max_pool2d_with_indices",
+    "avg_pool2d",
+    "adaptive_avg_pool2d",
+    "max_pool1d",
+    "avg_pool1d",
+    "adaptive_avg_pool1d",
+    "max_pool3d",
+    "max_pool3d_with_indices",
+    "avg_pool3d",
+    "adaptive_avg_pool3d",
+    "adaptive_max_pool1d",
+    "adaptive_max_pool2d",
+    "adaptive_max_pool3d",
+]
 BACKWARD = list(BACKWARD_DEFAULTS)
 # ATen has no 1-D backward ops (torch runs the 2-D ones): clpool's take the 2-D ones'
 # parameters, less divisor_override, which avg_pool1d lacks.
-BACKWARD_1D = {"max_pool1d_with_indices_backward": "max_pool2d_with_indices_backward",
-               "avg_pool1d_backward": "avg_pool2d_backward",
-               "adaptive_avg_pool1d_backward": "adaptive_avg_pool2d_backward",
-               "adaptive_max_pool1d_backward": "adaptive_max_pool2d_backward"}
+BACKWARD_1D = {
+    "max_pool1d_with_indices_backward": "max_pool2d_with_indices_backward",
+    "avg_pool1d_backward": "avg_pool2d_backward",
+    "adaptive_avg_pool1d_backward": "adaptive_avg_pool2d_backward",
+    "adaptive_max_pool1d_backward": "adaptive_max_pool2d_backward",
+}
 
 # Max unpooling: torch.nn.functional's forward; ATen has no backward op (autograd gathers),
 # so clpool's takes grad_output, then the forward's parameters.
@@ -380,15 +394,8 @@ def test_out_waits_for_its_events(queue):
     queue.finish()
     gate = cl.UserEvent(queue.context)
     out.add_event(gate)
-    try:
-        clpool.max_pool2d(x, 2, out=out)
-        kernel = out.events[-1]
-        assert kernel.command_type == cl.command_type.NDRANGE_KERNEL
-        queue.flush()
-        time.sleep(0.3)  # ample for the kernel to run, had it not waited for the gate
-        assert kernel.command_execution_status != cl.command_execution_status.COMPLETE
-    finally:
-        gate.set_status(cl.command_execution_status.COMPLETE)
+    clpool.max_pool2d(x, 2, out=out)
+    kernel_waits(gate, out.events[-1], queue)
     assert np.array_equal(out.get(), ref.max_pool2d(x.get(), 2).astype(np.float32))
 
 

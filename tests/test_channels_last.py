@@ -5,8 +5,6 @@ PyTorch CPU's (values, indices and strides)."""
 from __future__ import annotations
 
 import numpy as np
-import pyopencl as cl
-import pyopencl._cl as _cl
 import pyopencl.array as cla
 import pytest
 
@@ -242,22 +240,6 @@ def test_strided_backward_inputs_match_the_contiguous_result():
     # sums of the same terms, but a GPU's contiguous kernel adds a window's row first
     got = clpool.avg_pool2d_backward(wide(g), x, 2, 1, 1, True, False)
     assert_close(got.get(), clpool.avg_pool2d_backward(g, x, 2, 1, 1, True, False))
-
-
-@pytest.fixture
-def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The name of every kernel enqueued through PyOpenCL during the test (clpool's or
-    PyOpenCL's own: pyopencl._cl.enqueue_nd_range_kernel under either name)."""
-    names: list[str] = []
-    enqueue = _cl.enqueue_nd_range_kernel
-
-    def recording(queue, kernel, *args, **kwargs):
-        names.append(kernel.function_name)
-        return enqueue(queue, kernel, *args, **kwargs)
-
-    monkeypatch.setattr(_cl, "enqueue_nd_range_kernel", recording)
-    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", recording)
-    return names
 
 
 @pytest.mark.parametrize("case", FORWARD)

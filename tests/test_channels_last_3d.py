@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyopencl as cl
-import pyopencl._cl as _cl
 import pyopencl.array as cla
 import pytest
 
@@ -225,22 +224,6 @@ def test_strided_backward_inputs_match_torch():
     got = clpool.avg_pool3d_backward(wide(ga), x_view, 2, 1, 1, True, False)
     want = aten.avg_pool3d_backward(ga, x, [2] * 3, [1] * 3, [1] * 3, True, False, None)
     _check(got, want, exact=False)
-
-
-@pytest.fixture
-def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The name of every kernel enqueued through PyOpenCL during the test (clpool's or
-    PyOpenCL's own: pyopencl._cl.enqueue_nd_range_kernel under either name)."""
-    names: list[str] = []
-    enqueue = _cl.enqueue_nd_range_kernel
-
-    def recording(queue, kernel, *args, **kwargs):
-        names.append(kernel.function_name)
-        return enqueue(queue, kernel, *args, **kwargs)
-
-    monkeypatch.setattr(_cl, "enqueue_nd_range_kernel", recording)
-    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", recording)
-    return names
 
 
 @pytest.mark.parametrize("kind", ["array", "numpy"])

@@ -5,13 +5,11 @@ op's own label."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 import pytest
-from pool_cases import assert_close, same_bits
+from pool_cases import assert_close, kernel_waits, same_bits
 
 import clpool
 from clpool import reference as ref
@@ -124,17 +122,6 @@ def test_device_arrays_strided_too_stay_on_the_device(device):
         )
 
 
-def _kernel_waits(gate: cl.UserEvent, kernel: cl.Event, queue: cl.CommandQueue) -> None:
-    """Kernel `kernel` has not run while `gate` is open, then `gate` is set."""
-    try:
-        assert kernel.command_type == cl.command_type.NDRANGE_KERNEL
-        queue.flush()
-        time.sleep(0.3)  # ample for the kernel to run, had it not waited for the gate
-        assert kernel.command_execution_status != cl.command_execution_status.COMPLETE
-    finally:
-        gate.set_status(cl.command_execution_status.COMPLETE)
-
-
 def test_events_pass_through_the_1d_view(device):
     """A 1-D op waits for its input's and its out='s events, and out= (not a copy of its
     event list) carries the kernel's event."""
@@ -145,14 +132,14 @@ def test_events_pass_through_the_1d_view(device):
     gate = cl.UserEvent(queue.context)
     x.add_event(gate)
     got = clpool.max_pool1d(x, 3)
-    _kernel_waits(gate, got.events[-1], queue)
+    kernel_waits(gate, got.events[-1], queue)
     assert same_bits(got.get(), want)
     out = cla.zeros(queue, (2, 3, 3), np.float32)
     queue.finish()
     gate = cl.UserEvent(queue.context)
     out.add_event(gate)
     clpool.max_pool1d(x, 3, out=out)
-    _kernel_waits(gate, out.events[-1], queue)
+    kernel_waits(gate, out.events[-1], queue)
     assert same_bits(out.get(), want)
 
 
