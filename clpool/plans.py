@@ -342,12 +342,19 @@ class Planner:
         self.steps.append(kernels.bind(self.kernel(name, own=True), sizes, local, slots, **scalars))
 
     def step_by_plane(
-        self, name: str, sizes: tuple[int, ...], slots: dict[str, str] | None = None, **scalars: Any
+        self,
+        name: str,
+        sizes: tuple[int, ...],
+        slots: dict[str, str] | None = None,
+        planes: int | None = None,
+        **scalars: Any,
     ) -> None:
         """Launch kernel `name` over `sizes` (cols, rows, planes), or its `_plane` variant
-        over the planes where specialize() chose that."""
+        over the planes (`planes` of them where dimension 2 counts something else, as the
+        3-D kernels' (volume, depth slab) rows) where the planner chose that."""
         if self.by_plane:
-            self.step(f"{name}_plane", sizes[2:], local=(1,), slots=slots, **scalars)
+            count = sizes[2] if planes is None else planes
+            self.step(f"{name}_plane", (count,), local=(1,), slots=slots, **scalars)
         else:
             self.step(name, sizes, slots=slots, **scalars)
 

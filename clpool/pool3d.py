@@ -179,17 +179,6 @@ def _step_strided(
     )
 
 
-def _step_backward(
-    p: Planner, name: str, sizes: tuple[int, int, int], volumes: int, **scalars: Any
-) -> None:
-    """Launch backward gather `name` over `sizes` (W, H, (volume, depth slab) rows), or its
-    `_plane` twin over the `volumes` where _specialize chose that."""
-    if p.by_plane:
-        p.step(f"{name}_plane", (volumes,), local=(1,), **scalars)
-    else:
-        p.step(name, sizes, **scalars)
-
-
 def _plan_max_forward(
     where: Where, arrays: tuple[object, ...], kernel_size: object, stride: object,
     padding: object, dilation: object, ceil_mode: object, index_dtype: npt.DTypeLike,
@@ -297,7 +286,7 @@ def _plan_max_backward(
         _step_strided(p, "max_pool3d_backward_strided", views, **_max_sizes(win, dhw))
     elif n * c:
         grid = (w, h, n * c * -(-d // depths))
-        _step_backward(p, "max_pool3d_backward", grid, n * c, **_max_sizes(win, dhw))
+        p.step_by_plane("max_pool3d_backward", grid, planes=n * c, **_max_sizes(win, dhw))
     return p.plan("grad_out", None, "indices")
 
 
@@ -399,7 +388,7 @@ def _plan_avg_backward(
         _step_strided(p, "avg_pool3d_backward_strided", {"grad_out": 0}, **sizes)
     elif n * c:
         grid = (w, h, n * c * -(-d // depths))
-        _step_backward(p, "avg_pool3d_backward", grid, n * c, **sizes)
+        p.step_by_plane("avg_pool3d_backward", grid, planes=n * c, **sizes)
     return p.plan("grad_out", None)
 
 
