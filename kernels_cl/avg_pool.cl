@@ -137,13 +137,12 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
     UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
         UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
             g[r][c] = 0;
+    /* each window's share added to its elements in output order, as PyTorch's CPU kernel
+     * and the _plane and _strided kernels add (the same bits on every path) */
     UNROLL for (int a = 0; a < windows_to_visit(rows); ++a) {
         int oh = rows.first + a, top = oh * sh - ph;
         if (oh >= rows.end)
             continue;
-        acc_t row[CLPOOL_COLS]; /* this window row's share for each column */
-        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
-            row[c] = 0;
         UNROLL for (int b = 0; b < windows_to_visit(cols); ++b) {
             int ow = cols.first + b, left = ow * sw - pw;
             if (ow >= cols.end)
@@ -151,14 +150,12 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
             acc_t v = LOAD(gp, (pos_t)oh * OW + ow)
                       / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
                                            count_include_pad, divisor_override);
-            UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
-                if (INSIDE((uint)(iw0 - left) + c, kw))
-                    row[c] += v;
+            UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+                if (INSIDE((uint)(ih0 - top) + r, kh))
+                    UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
+                        if (INSIDE((uint)(iw0 - left) + c, kw))
+                            g[r][c] += v;
         }
-        UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
-            if (INSIDE((uint)(ih0 - top) + r, kh))
-                UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
-                    g[r][c] += row[c];
     }
     for (int r = 0; r < CLPOOL_ROWS && ih0 + r < H; ++r)
         STORE_COLS(grad_x, plane * H * W + (pos_t)(ih0 + r) * W + iw0, g[r],
@@ -166,10 +163,9 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
 }
 
 /* The backward for a CPU: one work-item per plane clears it, then adds each window's
- * share to its elements, in output order (PyTorch's CPU algorithm and summation order;
- * the gather above adds a window row's shares first). Clearing each row just before the
- * first window that reaches it, as the max backward does, was 11% slower on this
- * project's CPU (k3 s2 of [8,64,112,112]: 3.87 against 3.49 ms). */
+ * share to its elements, in output order (PyTorch's CPU algorithm and summation order).
+ * Clearing each row just before the first window that reaches it, as the max backward
+ * does, was 11% slower on this project's CPU (k3 s2 of [8,64,112,112]: 3.87 against 3.49 ms). */
 __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out,
                                         __global elem_t *restrict grad_x,
                                         AVG_POOL_SIZES)

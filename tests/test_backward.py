@@ -327,32 +327,36 @@ def test_noncontiguous_numpy_gradients():
                      clpool.adaptive_avg_pool2d_backward(g, x))
 
 
-def test_device_arrays(device):
-    context = cl.Context([device])
-    queue = cl.CommandQueue(context)
-    rng = np.random.default_rng(3100)
-    big = data(rng, (3, 4, 9, 8))
-    x = big[1:, 1:3]
-    _, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1)
-    gbig = data(rng, (3, 4) + idx.shape[2:])
-    g = gbig[1:, 1:3]
-    gd = cla.to_device(queue, gbig)[1:, 1:3]  # offset, non-contiguous device views
-    xd = cla.to_device(queue, big)[1:, 1:3]
-    idxd = cla.to_device(queue, idx)
-    results = {
-        "max": (_max_bw(gd, xd, idxd, (3, 2, 1)), _max_bw(g, x, idx, (3, 2, 1))),
-        "avg": (clpool.avg_pool2d_backward(gd, xd, 3, 2, 1),
-                clpool.avg_pool2d_backward(g, x, 3, 2, 1)),
-        "adaptive": (clpool.adaptive_avg_pool2d_backward(gd, xd),
-                     clpool.adaptive_avg_pool2d_backward(g, x)),
-    }
-    for name, (got, want) in results.items():
-        assert isinstance(got, cla.Array) and got.queue is queue, name
-        assert same_bits(got.get(), want), name
-    # grad_output on the device and the forward input on the host: runs on the device
-    out = clpool.avg_pool2d_backward(gd, x, 3, 2, 1)
-    assert isinstance(out, cla.Array) and same_bits(out.get(), results["avg"][1])
-    del context
+@pytest.mark.parametrize("plane", [False, True], ids=["tiled", "plane"])
+def test_device_arrays(device, plane):
+    """Device views of any strides (the _strided kernels) give the contiguous inputs' bits,
+    tiled or per plane: every kernel adds the same terms in output order."""
+    with policy.use(per_plane=plane):
+        context = cl.Context([device])
+        queue = cl.CommandQueue(context)
+        rng = np.random.default_rng(3100)
+        big = data(rng, (3, 4, 9, 8))
+        x = big[1:, 1:3]
+        _, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1)
+        gbig = data(rng, (3, 4) + idx.shape[2:])
+        g = gbig[1:, 1:3]
+        gd = cla.to_device(queue, gbig)[1:, 1:3]  # offset, non-contiguous device views
+        xd = cla.to_device(queue, big)[1:, 1:3]
+        idxd = cla.to_device(queue, idx)
+        results = {
+            "max": (_max_bw(gd, xd, idxd, (3, 2, 1)), _max_bw(g, x, idx, (3, 2, 1))),
+            "avg": (clpool.avg_pool2d_backward(gd, xd, 3, 2, 1),
+                    clpool.avg_pool2d_backward(g, x, 3, 2, 1)),
+            "adaptive": (clpool.adaptive_avg_pool2d_backward(gd, xd),
+                         clpool.adaptive_avg_pool2d_backward(g, x)),
+        }
+        for name, (got, want) in results.items():
+            assert isinstance(got, cla.Array) and got.queue is queue, name
+            assert same_bits(got.get(), want), name
+        # grad_output on the device and the forward input on the host: runs on the device
+        out = clpool.avg_pool2d_backward(gd, x, 3, 2, 1)
+        assert isinstance(out, cla.Array) and same_bits(out.get(), results["avg"][1])
+        del context
 
 
 def test_tall_wide_and_many_planes():
