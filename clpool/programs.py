@@ -56,7 +56,10 @@ class Program(Mapping[str, cl.Kernel]):
     def __init__(self, program: cl.Program) -> None:
         _import_invoker()
         self.program = program
-        names = str(program.get_info(cl.program_info.KERNEL_NAMES))
+        try:
+            names = str(program.get_info(cl.program_info.KERNEL_NAMES))
+        except cl.Error:  # Intel's CPU runtime, for a program of no kernels
+            names = ""
         self.names = tuple(name for name in names.split(";") if name)
         self._made: dict[str, cl.Kernel] = {}
         self._lock = threading.Lock()

@@ -217,3 +217,14 @@ def kernel_waits(gate: cl.UserEvent, kernel: cl.Event, queue: cl.CommandQueue) -
         assert kernel.command_execution_status != cl.command_execution_status.COMPLETE
     finally:
         gate.set_status(cl.command_execution_status.COMPLETE)
+
+
+_contexts: list[cl.Context] = []
+
+
+def fresh_queue(device: cl.Device, **kwargs) -> cl.CommandQueue:
+    """A queue on a new context of its own. The context is kept for the session: Intel's
+    CPU runtime frees a context when its last Python reference goes, though a queue on it
+    holds it (the queue's context is then INVALID_CONTEXT)."""
+    _contexts.append(cl.Context([device]))
+    return cl.CommandQueue(_contexts[-1], **kwargs)

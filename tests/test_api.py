@@ -13,7 +13,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 import pytest
-from pool_cases import kernel_waits
+from pool_cases import fresh_queue, kernel_waits
 
 import clpool
 from clpool import plans
@@ -340,7 +340,7 @@ def test_queue_gives_an_array_on_that_queue_for_a_numpy_input(queue):
 
 def test_a_plan_made_for_one_queue_is_never_used_on_another(device, made):
     x = _x()
-    q1, q2 = (cl.CommandQueue(cl.Context([device])) for _ in range(2))
+    q1, q2 = (fresh_queue(device) for _ in range(2))
     a = clpool.avg_pool2d(x, 2, queue=q1)
     b = clpool.avg_pool2d(x, 2, queue=q2)
     assert a.queue is q1 and b.queue is q2 and a.context != b.context
@@ -351,7 +351,7 @@ def test_a_plan_made_for_one_queue_is_never_used_on_another(device, made):
 
 
 def test_queue_refuses_another_device_or_context(queue, device):
-    other = cla.to_device(cl.CommandQueue(cl.Context([device])), _x())
+    other = cla.to_device(fresh_queue(device), _x())
     with pytest.raises(PoolArgumentError, match="context"):
         clpool.max_pool2d(other, 2, queue=queue)
     with pytest.raises(PoolArgumentError, match="queue"):
@@ -406,7 +406,7 @@ def test_a_wrong_out_is_an_argument_error(queue, device):
         cla.empty(queue, (2, 3, 4, 5), np.float64),  # dtype
         cla.empty(queue, (2, 3, 4, 10), np.float32)[..., ::2],  # not contiguous
         cla.empty(queue, (2 * 3 * 4 * 5 + 1,), np.float32)[1:].reshape(2, 3, 4, 5),  # offset
-        cla.empty(cl.CommandQueue(cl.Context([device])), (2, 3, 4, 5), np.float32),  # context
+        cla.empty(fresh_queue(device), (2, 3, 4, 5), np.float32),  # context
         np.empty((2, 3, 4, 5), np.float32),  # not an Array
     ]
     for out in wrong:

@@ -15,7 +15,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 import pytest
-from pool_cases import in_threads
+from pool_cases import fresh_queue, in_threads
 
 import clpool
 from clpool import kernels, launch, plans, policy, programs, shapes
@@ -49,7 +49,7 @@ def test_a_changed_signature_never_reuses_a_plan(device, queue, made):
     host = rng.standard_normal((2, 3, 12, 16)).astype(np.float32)
     x = cla.to_device(queue, host)
     other_queue = cl.CommandQueue(queue.context)
-    other_context = cl.CommandQueue(cl.Context([device]))
+    other_context = fresh_queue(device)
     cases = [
         (x, host, (3, 2, 1)),
         (x, host, (3, 1, 1)),  # stride
@@ -107,7 +107,7 @@ def _out_of_order(device) -> cl.CommandQueue | None:
     props = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
     if not device.queue_properties & props:
         return None
-    return cl.CommandQueue(cl.Context([device]), properties=props)
+    return fresh_queue(device, properties=props)
 
 
 def test_out_of_order_queue_gives_the_reference_answers(device):
@@ -215,13 +215,13 @@ def test_caches_are_bounded(device):
     x = np.ones((1, 2, 6, 6), np.float32)
     with policy.use(queues_kept=3, plans_kept=10, contexts_kept=2):
         for _ in range(12):
-            q = cl.CommandQueue(cl.Context([device]))
+            q = fresh_queue(device)
             clpool.max_pool2d(cla.to_device(q, x), 2)
             clpool.avg_pool2d(cla.to_device(q, x), 2)
         assert len(launch._pools) <= 3
         assert len(plans._plans) <= 10
         assert len(programs._programs) <= 2
-        q = cl.CommandQueue(cl.Context([device]))
+        q = fresh_queue(device)
         assert np.array_equal(clpool.max_pool2d(cla.to_device(q, x), 2).get(),
                               ref.max_pool2d(x, 2).astype(np.float32))
 
@@ -240,7 +240,8 @@ def once(i):
         q = cl.CommandQueue(discovery.runtime(device).context)
         clpool.max_pool2d(cla.to_device(q, x), 2).get()
     elif what == "contexts":
-        q = cl.CommandQueue(cl.Context([device]))
+        context = cl.Context([device])  # held while its queue is used: Intel's runtime
+        q = cl.CommandQueue(context)  # frees a context with no Python reference
         clpool.max_pool2d(cla.to_device(q, x), 2).get()
     else:
         rng = np.random.default_rng(i)

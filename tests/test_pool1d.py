@@ -9,7 +9,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 import pytest
-from pool_cases import assert_close, kernel_waits, same_bits
+from pool_cases import assert_close, fresh_queue, kernel_waits, same_bits
 
 import clpool
 from clpool import reference as ref
@@ -102,7 +102,7 @@ def test_adaptive_avg_pool1d_and_its_backward_equal_torch(device):
 
 
 def test_device_arrays_strided_too_stay_on_the_device(device):
-    queue = cl.CommandQueue(cl.Context([device]))
+    queue = fresh_queue(device)
     rng = np.random.default_rng(163)
     x = rng.standard_normal((2, 4, 30)).astype(np.float32)
     for xd, host in [
@@ -125,7 +125,7 @@ def test_device_arrays_strided_too_stay_on_the_device(device):
 def test_events_pass_through_the_1d_view(device):
     """A 1-D op waits for its input's and its out='s events, and out= (not a copy of its
     event list) carries the kernel's event."""
-    queue = cl.CommandQueue(cl.Context([device]))
+    queue = fresh_queue(device)
     x = cla.to_device(queue, np.arange(2 * 3 * 9, dtype=np.float32).reshape(2, 3, 9))
     want = F.max_pool1d(torch.from_numpy(x.get()), 3).numpy()
     queue.finish()

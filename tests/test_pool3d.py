@@ -6,9 +6,9 @@ clpool.torch functions and modules (gradcheck)."""
 from __future__ import annotations
 
 import numpy as np
-import pyopencl as cl
 import pyopencl.array as cla
 import pytest
+from pool_cases import fresh_queue
 
 import clpool
 from clpool import policy, pool3d
@@ -396,7 +396,7 @@ def test_an_empty_batch_gives_empty_results():
 
 
 def test_strided_device_inputs_are_copied(device):
-    queue = cl.CommandQueue(cl.Context([device]))
+    queue = fresh_queue(device)
     rng = np.random.default_rng(0)
     base = rng.standard_normal((3, 4, 7, 6, 9)).astype(np.float32)
     x = cla.to_device(queue, base)
@@ -417,7 +417,7 @@ def test_strided_device_inputs_are_copied(device):
 
 
 def test_queue_and_out_as_the_2d_ops_take_them(device):
-    queue = cl.CommandQueue(cl.Context([device]))
+    queue = fresh_queue(device)
     x = np.random.default_rng(0).standard_normal((1, 2, 4, 5, 6)).astype(np.float32)
     got = clpool.avg_pool3d(x, 2, queue=queue)
     assert isinstance(got, cla.Array) and got.queue is queue
