@@ -514,17 +514,25 @@ typedef struct {
 
 inline int strided_item(item_t *it, int C, int H, int W, int channels_inner)
 {
-    long z = get_global_id(2);
+    size_t z = get_global_id(2);
+    int m = channels_inner ? H : C, r;
+    /* z = n * m + r, in 32 bits below 2^32 rows (the same branch for every work-item):
+     * GPUs emulate 64-bit division in a long sequence of instructions */
+    if (z <= UINT_MAX) {
+        it->n = (uint)z / (uint)m;
+        r = (uint)z - (uint)it->n * (uint)m;
+    } else {
+        it->n = z / m;
+        r = z - it->n * m;
+    }
     if (channels_inner) {
         it->c = get_global_id(0) * channels_inner;
         it->w = get_global_id(1);
-        it->n = z / H;
-        it->h = z % H;
+        it->h = r;
     } else {
         it->w = get_global_id(0);
         it->h = get_global_id(1);
-        it->n = z / C;
-        it->c = z % C;
+        it->c = r;
     }
     return it->c < C && it->h < H && it->w < W;
 }
