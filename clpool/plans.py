@@ -19,7 +19,7 @@ from .capabilities import has_fp16, has_fp64
 from .discovery import Runtime, choose, require, runtime
 from .errors import PoolArgumentError, Problem, UnsupportedDtypeError, Where
 from .lru import LRU
-from .shapes import Window, c_contiguous, channels_last, channels_last_3d
+from .shapes import MAX_TILE, Window, c_contiguous, channels_last, channels_last_3d
 
 SOURCES = {"max": "max_pool.cl", "avg": "avg_pool.cl", "adaptive": "adaptive_pool.cl"}
 SOURCES["unpool"] = "unpool.cl"
@@ -243,6 +243,9 @@ class Planner:
         self.rows, self.cols = (
             (1, 1) if self.by_plane else pol.tile(device, tuned_as, stride1, bf16)
         )
+        first = self.arrays[0].shape
+        if len(first) == 4 and first[2] == 1:  # planes of one row (the 1-D ops): columns
+            self.rows, self.cols = 1, min(self.rows * self.cols, MAX_TILE)
         area = win.kh * win.kw if win is not None else 0
         options = ["-DCLPOOL_LARGE_PLANE"] if max(*extents, area) >= 2**31 else []
         if constants is None:

@@ -12,6 +12,7 @@ import pytest
 from pool_cases import assert_close, fresh_queue, kernel_waits, same_bits
 
 import clpool
+from clpool import policy
 from clpool import reference as ref
 from clpool.errors import PoolArgumentError
 
@@ -49,7 +50,26 @@ def _data(rng: np.random.Generator, shape, dtype=np.float32) -> np.ndarray:
     return x
 
 
-def test_max_pool1d_and_its_backward_equal_torch(device):
+@pytest.fixture(params=["device", "gpu"])
+def planning(request):
+    """Plans as the device makes them, and as a GPU's (tiles of one row of columns)."""
+    if request.param == "gpu":
+        with policy.use(gpu=True, per_plane=False):
+            yield request.param
+    else:
+        yield request.param
+
+
+def test_a_gpu_tile_of_one_row_takes_its_rows_as_columns(device, build_options):
+    """The 1-D ops' planes are one row: a GPU's 2 x 2 tile of max_pool2d runs as 1 x 4."""
+    x = np.arange(2 * 3 * 40, dtype=np.float32).reshape(2, 3, 40)
+    with policy.use(gpu=True, per_plane=False):
+        got = clpool.max_pool1d(x, 3, 2)
+    assert same_bits(got, F.max_pool1d(torch.from_numpy(x), 3, 2).numpy())
+    assert any("-DCLPOOL_ROWS=1" in o and "-DCLPOOL_COLS=4" in o for o in build_options)
+
+
+def test_max_pool1d_and_its_backward_equal_torch(device, planning):
     rng = np.random.default_rng(160)
     for shape, k, s, p, d, ceil in _cases(160, 30):
         x = _data(rng, shape)
@@ -65,7 +85,7 @@ def test_max_pool1d_and_its_backward_equal_torch(device):
         assert_close(grad, t.grad.numpy(), 1e-6, case)
 
 
-def test_avg_pool1d_and_its_backward_equal_torch_and_the_reference(device):
+def test_avg_pool1d_and_its_backward_equal_torch_and_the_reference(device, planning):
     rng = np.random.default_rng(161)
     for shape, k, s, p, _, ceil in _cases(161, 30, dilation=False):
         x = rng.standard_normal(shape).astype(np.float32)
