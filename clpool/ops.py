@@ -120,9 +120,9 @@ def _avg_sizes(win: shapes.Window, h: int, w: int, include_pad: bool, divisor: i
                 divisor_override=divisor)  # fmt: skip
 
 
-def _nhwc_tile(p: Planner, win: shapes.Window) -> tuple[int, int]:
-    """Output rows and pixels per work-item of a channels-last forward _strided kernel."""
-    return p.policy.nhwc_tile(p.rt.device, p.family, (win.sh, win.sw) == (1, 1))
+def _nhwc_tile(p: Planner, win: shapes.Window, backward: bool = False) -> tuple[int, int]:
+    """Rows and pixels per work-item of a channels-last _strided kernel with tiles."""
+    return p.policy.nhwc_tile(p.rt.device, p.family, (win.sh, win.sw) == (1, 1), backward)
 
 
 def _plan_max_forward(
@@ -357,7 +357,8 @@ def _plan_avg_backward(
     p.output("grad_x", x.shape, like=1)
     sizes = _avg_sizes(win, h, w, include_pad, div)
     if n * c and p.strided:
-        p.step_strided("avg_pool2d_backward_strided", {"grad_out": 0}, lanes=4, **sizes)
+        tile = p.policy.nhwc_tile(p.rt.device, "avg", (win.sh, win.sw) == (1, 1), backward=True)
+        p.step_strided("avg_pool2d_backward_strided", {"grad_out": 0}, lanes=4, tile=tile, **sizes)
     elif n * c:
         p.step_by_plane("avg_pool2d_backward", (w, h, n * c), **sizes)
     return p.plan("grad_out", None)

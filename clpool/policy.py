@@ -120,14 +120,21 @@ class Policy:
             return self.per_plane
         return not self.on_gpu(device) and planes >= 2 * device.max_compute_units
 
-    def nhwc_tile(self, device: cl.Device, family: str, stride1: bool) -> tuple[int, int]:
-        """(rows, pixels along W) of outputs per work-item of a channels-last forward
-        _strided kernel of `family` ("max" or "avg"; `stride1`: its window's stride is 1).
-        On the H200, k3 s1 of [128,64,128,128]: max 763 -> 505 us with (2, 4), avg 756 ->
-        352 us with (2, 2); stride 2 gained nothing from tiles."""
+    def nhwc_tile(
+        self, device: cl.Device, family: str, stride1: bool, backward: bool = False
+    ) -> tuple[int, int]:
+        """(rows, pixels along W) of elements per work-item of a channels-last _strided
+        kernel of `family` ("max" or "avg"; `stride1`: its window's stride is 1) that takes
+        a tile: a forward's outputs, or a `backward`'s gradients. On the H200, k3 s1 of
+        [128,64,128,128]: max 763 -> 505 us with (2, 4), avg 756 -> 352 us with (2, 2);
+        forwards of stride 2 gained nothing from tiles."""
         if self.nhwc is not None:
             return min(self.nhwc[0], MAX_TILE), min(self.nhwc[1], MAX_TILE)
-        if not (self.on_gpu(device) and stride1):
+        if not self.on_gpu(device):
+            return (1, 1)
+        if backward:
+            return (2, 2)
+        if not stride1:
             return (1, 1)
         return (2, 4) if family == "max" else (2, 2)
 

@@ -280,10 +280,45 @@ __kernel void avg_pool2d_forward_strided(__global const elem_t *restrict x,
     STORE(out, AT_OUT(out, o.n, o.c, o.h, o.w), sum / (acc_t)div);
 }
 
+/* The gradients of a channels-last backward tile: CLPOOL_CL_ROWS x CLPOOL_CL_PIX input
+ * elements from (h0, w0), 4 channels each, of which the first `rows` x `pixels` are stored
+ * from `at`, `step_h` and `step_w` apart. Each window reaching the tile is loaded and
+ * divided once and its share added, in output order, to the elements it covers. */
+inline void avg_share4(__global const elem_t *gp, __global elem_t *grad_x, long at,
+                       long step_h, long step_w, int rows, int pixels, int h0, int w0,
+                       window_range wr, window_range wc, int H, int W, int kh, int kw, int sh,
+                       int sw, int ph, int pw, int count_include_pad, int divisor_override,
+                       long g_sh, long g_sw, int aligned)
+{
+    acc4_t g[CLPOOL_CL_ROWS][CLPOOL_CL_PIX];
+    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+        UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k)
+            g[r][k] = 0;
+    for (int oh = wr.first; oh < wr.end; ++oh) {
+        int top = oh * sh - ph;
+        for (int ow = wc.first; ow < wc.end; ++ow) {
+            int left = ow * sw - pw;
+            pos_t div = avg_divisor(top, left, kh, kw, H, W, ph, pw, count_include_pad,
+                                    divisor_override);
+            acc4_t v = LOAD4CL(gp, (long)oh * g_sh + (long)ow * g_sw, aligned) / (acc_t)div;
+            UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+                if (INSIDE(h0 + r - top, kh))
+                    UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k)
+                        if (INSIDE(w0 + k - left, kw))
+                            g[r][k] += v;
+        }
+    }
+    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+        UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k)
+            if (r < rows && k < pixels)
+                STORE4CL(grad_x, at + r * step_h + k * step_w, g[r][k], aligned);
+}
+
 /* avg_pool2d_backward for a grad_out of any strides, grad_x written through its own: one
- * input element per work-item (4 channels with channels_inner == 4) adds each window's
- * share in output order, as PyTorch's CPU kernel does. (A constant count of candidate
- * windows, as max_gather4 loops over, made PoCL's [2,64,56,56] k3 s2 27% slower.) */
+ * input element per work-item adds each window's share in output order, as PyTorch's CPU
+ * kernel does; with channels_inner == 4, 4 channels of a tile of elements (avg_share4).
+ * (A constant count of candidate windows, as max_gather4 loops over, made PoCL's
+ * [2,64,56,56] k3 s2 27% slower.) */
 __kernel void avg_pool2d_backward_strided(__global const elem_t *restrict grad_out,
                                           __global elem_t *restrict grad_x,
                                           STRIDED_BACKWARD_SIZES, AVG_POOL_SIZES)
@@ -291,19 +326,30 @@ __kernel void avg_pool2d_backward_strided(__global const elem_t *restrict grad_o
     int dh = 1, dw = 1;
     FIX_WINDOW();
     item_t e;
+    if (channels_inner == 4) {
+        if (!nhwc_item(&e, C, H, W))
+            return;
+        int rows = min(CLPOOL_CL_ROWS, H - e.h), pixels = min(CLPOOL_CL_PIX, W - e.w);
+        avg_share4(grad_out + AT(grad_out, e.n, e.c, 0, 0), grad_x,
+                   AT_OUT(grad_x, e.n, e.c, e.h, e.w), grad_x_sh, grad_x_sw, rows, pixels,
+                   e.h, e.w, windows_reaching(e.h, rows, H, sh, ph, kh, OH),
+                   windows_reaching(e.w, pixels, W, sw, pw, kw, OW), H, W, kh, kw, sh, sw, ph,
+                   pw, count_include_pad, divisor_override, grad_out_sh, grad_out_sw,
+                   ALIGNED4(grad_out, grad_x));
+        return;
+    }
     if (!strided_item(&e, C, H, W, channels_inner))
         return;
     window_range rows = windows_reaching(e.h, 1, H, sh, ph, kh, OH);
     window_range cols = windows_reaching(e.w, 1, W, sw, pw, kw, OW);
-    int lanes = channels_inner == 4 ? 4 : 1, aligned = lanes == 4 && ALIGNED4(grad_out, grad_x);
     long g0 = AT(grad_out, e.n, e.c, 0, 0);
-    acc4_t g = 0;
+    acc_t g = 0;
     for (int oh = rows.first; oh < rows.end; ++oh)
         for (int ow = cols.first; ow < cols.end; ++ow) {
             pos_t div = avg_divisor(oh * sh - ph, ow * sw - pw, kh, kw, H, W, ph, pw,
                                     count_include_pad, divisor_override);
-            g += load_lanes(grad_out, g0 + (long)oh * grad_out_sh + (long)ow * grad_out_sw,
-                            lanes, aligned) / (acc_t)div;
+            g += LOAD(grad_out, g0 + (long)oh * grad_out_sh + (long)ow * grad_out_sw)
+                 / (acc_t)div;
         }
-    store_lanes(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g, lanes, aligned);
+    STORE(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g);
 }

@@ -512,19 +512,24 @@ typedef struct {
     int c, h, w;
 } item_t;
 
+/* z = quotient * m + *r: in 32 bits below 2^32 (the same branch for every work-item of a
+ * launch), since GPUs emulate 64-bit division in a long sequence of instructions. */
+inline long split_row(size_t z, int m, int *r)
+{
+    if (z <= UINT_MAX) {
+        uint q = (uint)z / (uint)m;
+        *r = (uint)z - q * (uint)m;
+        return q;
+    }
+    long q = z / m;
+    *r = z - q * m;
+    return q;
+}
+
 inline int strided_item(item_t *it, int C, int H, int W, int channels_inner)
 {
-    size_t z = get_global_id(2);
-    int m = channels_inner ? H : C, r;
-    /* z = n * m + r, in 32 bits below 2^32 rows (the same branch for every work-item):
-     * GPUs emulate 64-bit division in a long sequence of instructions */
-    if (z <= UINT_MAX) {
-        it->n = (uint)z / (uint)m;
-        r = (uint)z - (uint)it->n * (uint)m;
-    } else {
-        it->n = z / m;
-        r = z - it->n * m;
-    }
+    int r;
+    it->n = split_row(get_global_id(2), channels_inner ? H : C, &r);
     if (channels_inner) {
         it->c = get_global_id(0) * channels_inner;
         it->w = get_global_id(1);
@@ -586,9 +591,10 @@ inline void store_lanes(__global elem_t *p, long i, acc4_t v, int n, int aligned
         STORE(p, i, v.x);
 }
 
-/* Outputs per work-item of a channels-last forward _strided kernel: CLPOOL_CL_ROWS rows by
- * CLPOOL_CL_PIX pixels along W (the host's -D options; 1 unless it passes more), whose
- * windows share taps, loaded once. */
+/* Elements per work-item of a channels-last _strided kernel that takes a tile (a forward's
+ * outputs, whose windows share taps, loaded once; a backward's gradients, which share
+ * windows, loaded once): CLPOOL_CL_ROWS rows by CLPOOL_CL_PIX pixels along W (the host's
+ * -D options; 1 unless it passes more). */
 #ifndef CLPOOL_CL_PIX
 #define CLPOOL_CL_PIX 1
 #endif
@@ -596,16 +602,15 @@ inline void store_lanes(__global elem_t *p, long i, acc4_t v, int n, int aligned
 #define CLPOOL_CL_ROWS 1
 #endif
 
-/* The first output (n, c .. c + 3, h, w) of the tile of a channels-last forward
- * work-item: dimension 0 walks C by 4, 1 W by CLPOOL_CL_PIX, 2 N times H by
- * CLPOOL_CL_ROWS. False past the result. */
+/* The first element (n, c .. c + 3, h, w) of the tile of a channels-last work-item (a
+ * forward's outputs, a backward's gradients): dimension 0 walks C by 4, 1 W by
+ * CLPOOL_CL_PIX, 2 N times H by CLPOOL_CL_ROWS. False past the result. */
 inline int nhwc_item(item_t *it, int C, int H, int W)
 {
-    long z = get_global_id(2);
-    int bands = (H - 1) / CLPOOL_CL_ROWS + 1;
+    int band;
+    it->n = split_row(get_global_id(2), (H - 1) / CLPOOL_CL_ROWS + 1, &band);
     it->c = get_global_id(0) * 4;
     it->w = get_global_id(1) * CLPOOL_CL_PIX;
-    it->n = z / bands;
-    it->h = z % bands * CLPOOL_CL_ROWS;
+    it->h = band * CLPOOL_CL_ROWS;
     return it->c < C && it->h < H && it->w < W;
 }

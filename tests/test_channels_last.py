@@ -118,6 +118,32 @@ def test_channels_last_forward_tiles_match_torch(case, tile, gpu):
         _check(g, w, exact=case.startswith("max"))
 
 
+AVG_BACKWARD_WINDOWS = [(3, 2, 1, True, False, None), (2, 1, 1, False, True, None),
+                        (3, 1, 0, False, True, None), (3, 2, 1, False, True, 5)]
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+@pytest.mark.parametrize("tile", [(1, 1), (2, 2), (2, 3), (3, 2)])
+def test_channels_last_avg_backward_tiles_give_the_contiguous_bits(tile, gpu, build_options):
+    """Work-items of the channels-last avg backward taking a tile of rows x pixels of
+    gradients (a GPU's choice): each window's share added in output order, so the
+    contiguous kernels' bits, the partial tiles at the edges too."""
+    rng = np.random.default_rng(12)
+    x = data(rng, (2, 8, 10, 11))
+    for args in AVG_BACKWARD_WINDOWS:
+        shape = F.avg_pool2d(torch.from_numpy(x), *args).shape
+        g = data(rng, tuple(shape))
+        want = clpool.avg_pool2d_backward(g, x, *args)
+        g_cl = torch.from_numpy(g).contiguous(memory_format=CL)
+        x_cl = torch.from_numpy(x).contiguous(memory_format=CL)
+        with policy.use(gpu=gpu, nhwc=tile):
+            got = clpool.avg_pool2d_backward(_nhwc_array(g_cl), _nhwc_array(x_cl), *args)
+        assert same_bits(np.ascontiguousarray(launch._get(got)), want), args
+    rows, pixels = tile
+    assert any(f"-DCLPOOL_CL_ROWS={rows}" in o and f"-DCLPOOL_CL_PIX={pixels}" in o
+               for o in build_options) or tile == (1, 1)
+
+
 def _backward_cases(t: torch.Tensor, rng: np.random.Generator):
     """(name, clpool backward of (grad, x, indices), ATen's backward, grad_output shape
     donor): the three backward ops, in the forward's arguments."""
