@@ -261,7 +261,10 @@ def _plan_max_backward(
     p.output("grad_x", x.shape, like=1)
     views = {"grad_out": 0, "indices": 2}
     if n * c and p.strided:
-        p.step_strided("max_pool2d_backward_strided", views, lanes=4, **_max_sizes(win, h, w))
+        tile = _nhwc_tile(p, win, backward=True)
+        p.step_strided(
+            "max_pool2d_backward_strided", views, lanes=4, tile=tile, **_max_sizes(win, h, w)
+        )
     elif n * c:
         p.step_by_plane("max_pool2d_backward", (w, h, n * c), **_max_sizes(win, h, w))
     return p.plan("grad_out", None, "indices")

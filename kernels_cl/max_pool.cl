@@ -426,38 +426,52 @@ __kernel void max_pool2d_forward_strided(__global const elem_t *restrict x,
     long indices_offset, long indices_sn, long indices_sc, long indices_sh, long indices_sw
 
 /* The strided backward's gather for 4 channels contiguous in grad_out, indices and grad_x
- * (channels-last) of the element `self` (column w): the candidate windows in output
- * order, each loaded once; with the window sizes as constants a loop of a constant count
- * (windows_to_visit), so that the loads issue together. Stored at grad_x[at]. */
+ * (channels-last) of a tile of CLPOOL_CL_ROWS x CLPOOL_CL_PIX elements from (h0, w0), of
+ * which the first `rows` x `pixels` are stored from `at`, `step_h` and `step_w` apart: the
+ * windows reaching the tile in output order, each loaded once, their gradient added to
+ * each element of the tile the window covers and its index names; with the window sizes as
+ * constants a loop of a constant count (windows_to_visit), so that the loads issue
+ * together. */
 inline void max_gather4(__global const elem_t *gp, __global const index_t *ip,
-                        __global elem_t *grad_x, long at, window_range rows,
-                        window_range cols, pos_t self, int w, int sw, int pw, int span_w,
-                        long g_sh, long g_sw, long i_sh, long i_sw, int aligned,
-                        int aligned_i)
+                        __global elem_t *grad_x, long at, long step_h, long step_w, int rows,
+                        int pixels, int h0, int w0, window_range wr, window_range wc, int W,
+                        int sh, int sw, int ph, int pw, int span_h, int span_w, long g_sh,
+                        long g_sw, long i_sh, long i_sw, int aligned, int aligned_i)
 {
-    acc4_t g = 0;
-    UNROLL for (int a = 0; a < windows_to_visit(rows); ++a) {
-        int oh = rows.first + a;
-        UNROLL for (int b = 0; b < windows_to_visit(cols); ++b) {
-            int ow = cols.first + b;
-            if (oh >= rows.end || ow >= cols.end)
+    acc4_t g[CLPOOL_CL_ROWS][CLPOOL_CL_PIX];
+    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+        UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k)
+            g[r][k] = 0;
+    UNROLL for (int a = 0; a < windows_to_visit(wr); ++a) {
+        int oh = wr.first + a, top = oh * sh - ph;
+        UNROLL for (int b = 0; b < windows_to_visit(wc); ++b) {
+            int ow = wc.first + b, left = ow * sw - pw;
+            if (oh >= wr.end || ow >= wc.end)
                 continue;
             acc4_t v = LOAD4CL(gp, (long)oh * g_sh + (long)ow * g_sw, aligned);
             index4_t i = LOAD_INDEX4(ip, (long)oh * i_sh + (long)ow * i_sw, aligned_i);
-            int inside = INSIDE(w - (ow * sw - pw), span_w);
-            g.x += inside && i.x == self ? v.x : (acc_t)0;
-            g.y += inside && i.y == self ? v.y : (acc_t)0;
-            g.z += inside && i.z == self ? v.z : (acc_t)0;
-            g.w += inside && i.w == self ? v.w : (acc_t)0;
+            UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+                UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k) {
+                    pos_t self = (pos_t)(h0 + r) * W + w0 + k;
+                    int inside = INSIDE(h0 + r - top, span_h) && INSIDE(w0 + k - left, span_w);
+                    g[r][k].x += inside && i.x == self ? v.x : (acc_t)0;
+                    g[r][k].y += inside && i.y == self ? v.y : (acc_t)0;
+                    g[r][k].z += inside && i.z == self ? v.z : (acc_t)0;
+                    g[r][k].w += inside && i.w == self ? v.w : (acc_t)0;
+                }
         }
     }
-    STORE4CL(grad_x, at, g, aligned);
+    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+        UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k)
+            if (r < rows && k < pixels)
+                STORE4CL(grad_x, at + r * step_h + k * step_w, g[r][k], aligned);
 }
 
 /* max_pool2d_backward for grad_out and indices of any strides, grad_x written through its
- * own: one input element per work-item (4 channels with channels_inner == 4, see
- * max_gather4) gathers, in output order, the gradients of the windows whose index names it
- * (an index outside its window or the plane matches nothing), as the kernels above. */
+ * own: one input element per work-item (4 channels of a tile of them with channels_inner
+ * == 4, see max_gather4) gathers, in output order, the gradients of the windows whose index
+ * names it (an index outside its window or the plane matches nothing), as the kernels
+ * above. */
 __kernel void max_pool2d_backward_strided(__global const elem_t *restrict grad_out,
                                           __global const index_t *restrict indices,
                                           __global elem_t *restrict grad_x,
@@ -466,21 +480,26 @@ __kernel void max_pool2d_backward_strided(__global const elem_t *restrict grad_o
 {
     FIX_WINDOW();
     item_t e;
-    if (!strided_item(&e, C, H, W, channels_inner))
-        return;
     int span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
-    window_range rows = windows_reaching(e.h, 1, H, sh, ph, span_h, OH);
-    window_range cols = windows_reaching(e.w, 1, W, sw, pw, span_w, OW);
-    pos_t self = (pos_t)e.h * W + e.w;
     if (channels_inner == 4) {
+        if (!nhwc_item(&e, C, H, W))
+            return;
+        int rows = min(CLPOOL_CL_ROWS, H - e.h), pixels = min(CLPOOL_CL_PIX, W - e.w);
         max_gather4(grad_out + AT(grad_out, e.n, e.c, 0, 0),
                     indices + AT(indices, e.n, e.c, 0, 0), grad_x,
-                    AT_OUT(grad_x, e.n, e.c, e.h, e.w), rows, cols, self, e.w, sw, pw, span_w,
-                    grad_out_sh, grad_out_sw, indices_sh, indices_sw,
+                    AT_OUT(grad_x, e.n, e.c, e.h, e.w), grad_x_sh, grad_x_sw, rows, pixels,
+                    e.h, e.w, windows_reaching(e.h, rows, H, sh, ph, span_h, OH),
+                    windows_reaching(e.w, pixels, W, sw, pw, span_w, OW), W, sh, sw, ph, pw,
+                    span_h, span_w, grad_out_sh, grad_out_sw, indices_sh, indices_sw,
                     ALIGNED4(grad_out, grad_x),
                     ((indices_offset | indices_sn | indices_sh | indices_sw) & 3) == 0);
         return;
     }
+    if (!strided_item(&e, C, H, W, channels_inner))
+        return;
+    window_range rows = windows_reaching(e.h, 1, H, sh, ph, span_h, OH);
+    window_range cols = windows_reaching(e.w, 1, W, sw, pw, span_w, OW);
+    pos_t self = (pos_t)e.h * W + e.w;
     acc_t g = 0;
     for (int oh = rows.first; oh < rows.end; ++oh)
         for (int ow = cols.first; ow < cols.end; ++ow) {

@@ -144,6 +144,32 @@ def test_channels_last_avg_backward_tiles_give_the_contiguous_bits(tile, gpu, bu
                for o in build_options) or tile == (1, 1)
 
 
+MAX_BACKWARD_WINDOWS = [(3, 2, 1, 1, True), (2, 1, 1, 2, False), (3, 1, 1, 1, False),
+                        (2, 2, 0, 1, False)]
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+@pytest.mark.parametrize("tile", [(1, 1), (2, 2), (2, 3), (3, 2)])
+def test_channels_last_max_backward_tiles_give_the_contiguous_bits(tile, gpu, build_options):
+    """The channels-last max backward's tiles: the contiguous kernels' bits, ties, NaN,
+    dilation and indices outside their windows (ignored) included."""
+    rng = np.random.default_rng(13)
+    x = data(rng, (2, 8, 10, 11), special=True)
+    for args in MAX_BACKWARD_WINDOWS:
+        _, idx = clpool.max_pool2d_with_indices(x, *args)
+        idx.reshape(-1)[rng.random(idx.size) < 0.1] = 0  # named by windows that miss it
+        g = data(rng, idx.shape)
+        want = clpool.max_pool2d_with_indices_backward(g, x, *args, indices=idx)
+        g_cl, x_cl, i_cl = (torch.from_numpy(a).contiguous(memory_format=CL) for a in (g, x, idx))
+        with policy.use(gpu=gpu, nhwc=tile):
+            got = clpool.max_pool2d_with_indices_backward(
+                _nhwc_array(g_cl), _nhwc_array(x_cl), *args, indices=_nhwc_array(i_cl))
+        assert same_bits(np.ascontiguousarray(launch._get(got)), want), args
+    rows, pixels = tile
+    assert any(f"-DCLPOOL_CL_ROWS={rows}" in o and f"-DCLPOOL_CL_PIX={pixels}" in o
+               for o in build_options) or tile == (1, 1)
+
+
 def _backward_cases(t: torch.Tensor, rng: np.random.Generator):
     """(name, clpool backward of (grad, x, indices), ATen's backward, grad_output shape
     donor): the three backward ops, in the forward's arguments."""
