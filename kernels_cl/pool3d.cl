@@ -651,18 +651,13 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
  * voxel (contiguous in channels-last-3d memory: coalesced loads and stores). The host takes
  * 4 channels per work-item where they are contiguous in every view and C % 4 == 0, else 1
  * (clpool.h's load_lanes and store_lanes, as elements: vload4, not aligned vectors). */
-#define STRIDED3D_FORWARD_SIZES                                                     \
-    long x_offset, long x_sn, long x_sc, long x_sd, long x_sh, long x_sw,           \
-    long out_sn, long out_sc, long out_sd, long out_sh, long out_sw, int C,         \
-    int channels_inner
-#define STRIDED3D_BACKWARD_SIZES                                                    \
-    long grad_out_offset, long grad_out_sn, long grad_out_sc, long grad_out_sd,     \
-    long grad_out_sh, long grad_out_sw, long grad_x_sn, long grad_x_sc,             \
-    long grad_x_sd, long grad_x_sh, long grad_x_sw, int C, int channels_inner
+/* The strides of result view v, then those of input view v, its offset first. */
+#define STRIDES3D(v) long v##_sn, long v##_sc, long v##_sd, long v##_sh, long v##_sw
+#define VIEW3D(v) long v##_offset, STRIDES3D(v)
+#define STRIDED3D_FORWARD_SIZES VIEW3D(x), STRIDES3D(out), int C, int channels_inner
+#define STRIDED3D_BACKWARD_SIZES VIEW3D(grad_out), STRIDES3D(grad_x), int C, int channels_inner
 /* The strides of the indices max_pool3d_backward_strided reads, as an input view. */
-#define INDICES3D_VIEW_SIZES                                                        \
-    long indices_offset, long indices_sn, long indices_sc, long indices_sd,         \
-    long indices_sh, long indices_sw
+#define INDICES3D_VIEW_SIZES VIEW3D(indices)
 #define AT3D_OUT(v, n, c, d, h, w)                                                  \
     ((n) * v##_sn + (long)(c) * v##_sc + (long)(d) * v##_sd + (long)(h) * v##_sh    \
      + (long)(w) * v##_sw)
