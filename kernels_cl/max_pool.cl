@@ -12,6 +12,20 @@
 #define MAX_POOL_SIZES                                                              \
     int H, int W, int OH, int OW, int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw
 
+/* The lanes of vector tap v that take the max from best: greater, or NaN; and those
+ * lanes' values taken (FOLD_MAX16 and FOLD_MAX4). */
+#define MAX_TAKES(v, best) (isgreater((v), (best)) | isnan(v))
+#define TAKE_MAX(best, v, lanes) (best) = select((best), (v), (lanes))
+/* Declares the maxima best[rows][cols] (of type acc) and their indices best_i (of type
+ * pos) of a forward tile before its first tap: -inf and -1. */
+#define START_MAX_TILE(best, best_i, acc, pos, rows, cols)                          \
+    acc best[rows][cols];                                                           \
+    pos best_i[rows][cols];                                                         \
+    UNROLL for (int r_ = 0; r_ < (rows); ++r_)                                      \
+        UNROLL for (int c_ = 0; c_ < (cols); ++c_) {                                \
+            best[r_][c_] = -INFINITY;                                               \
+            best_i[r_][c_] = -1;                                                    \
+        }
 /* Fold tap v at `at` into (best, best_i): NaN wins (the last NaN in window order keeps
  * its index, as in PyTorch), ties keep the first element in row-major window order,
  * and the first tap inside the plane sets the index. */
@@ -19,8 +33,7 @@
 #define FOLD_MAX(best, best_i, v, at)                                               \
     if ((v) > (best) || isnan(v))                                                   \
         (best) = (v);
-#define FOLD_MAX16(best, best_i, v, at)                                             \
-    (best) = select((best), (v), isgreater((v), (best)) | isnan(v));
+#define FOLD_MAX16(best, best_i, v, at) TAKE_MAX(best, v, MAX_TAKES(v, best));
 #else
 #define FOLD_MAX(best, best_i, v, at)                                               \
     if ((best_i) < 0 || (v) > (best) || isnan(v)) {                                 \
@@ -29,8 +42,8 @@
     }
 /* FOLD_MAX of 16 lanes, except that the first tap sets no index where it is -inf */
 #define FOLD_MAX16(best, best_i, v, at)                                             \
-    (best_i) = select((best_i), (at), AS_POS16(isgreater((v), (best)) | isnan(v))); \
-    (best) = select((best), (v), isgreater((v), (best)) | isnan(v));
+    (best_i) = select((best_i), (at), AS_POS16(MAX_TAKES(v, best)));                \
+    TAKE_MAX(best, v, MAX_TAKES(v, best));
 #endif
 
 /* out = max over the window; a window with no element gives -inf and index -1.
@@ -49,13 +62,7 @@ __kernel void max_pool2d_forward(__global const elem_t *restrict x,
     int hs = oh0 * sh - ph, ws = ow0 * sw - pw;
     int span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
 
-    acc_t best[CLPOOL_ROWS][CLPOOL_COLS];
-    pos_t best_i[CLPOOL_ROWS][CLPOOL_COLS];
-    UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
-        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c) {
-            best[r][c] = -INFINITY;
-            best_i[r][c] = -1;
-        }
+    START_MAX_TILE(best, best_i, acc_t, pos_t, CLPOOL_ROWS, CLPOOL_COLS);
     /* Row-major over the tile's input, so each window sees its taps in its own row-major
      * order; an element no window taps (a dilation gap) is not loaded. Offsets outside the
      * plane are not visited either, except in a short constant span (SHORT_ROWS). */
@@ -279,8 +286,8 @@ typedef int4 pos4_t;
  * [2,64,56,56] k3 s2 7x slower: 0.40 -> 3.0 ms). */
 #define FOLD_MAX4(best, best_i, v, at)                                              \
     {                                                                               \
-        mask4_t m_ = isgreater((v), (best)) | isnan(v);                             \
-        (best) = select((best), (v), m_);                                           \
+        mask4_t m_ = MAX_TAKES(v, best);                                            \
+        TAKE_MAX(best, v, m_);                                                      \
         (best_i).x = m_.x || (best_i).x < 0 ? (at) : (best_i).x;                    \
         (best_i).y = m_.y || (best_i).y < 0 ? (at) : (best_i).y;                    \
         (best_i).z = m_.z || (best_i).z < 0 ? (at) : (best_i).z;                    \
@@ -340,13 +347,7 @@ inline void max_tile4(__global const elem_t *xp, __global elem_t *out,
 {
 #ifdef CLPOOL_KH
     int span_h = (CLPOOL_KH - 1) * CLPOOL_DH + 1, span_w = (CLPOOL_KW - 1) * CLPOOL_DW + 1;
-    acc4_t best[CLPOOL_CL_ROWS][CLPOOL_CL_PIX];
-    pos4_t best_i[CLPOOL_CL_ROWS][CLPOOL_CL_PIX];
-    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
-        UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k) {
-            best[r][k] = -INFINITY;
-            best_i[r][k] = -1;
-        }
+    START_MAX_TILE(best, best_i, acc4_t, pos4_t, CLPOOL_CL_ROWS, CLPOOL_CL_PIX);
     UNROLL for (int t = 0; t < CL_SPAN_H; ++t) {
         int h = hs + t;
         if (!INSIDE(h, H) || !any_tap(t, CLPOOL_CL_ROWS, CLPOOL_SH, span_h, CLPOOL_DH))

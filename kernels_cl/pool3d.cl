@@ -75,9 +75,11 @@
  * window sizes as constants and -DCLPOOL_UNROLL: a walk over fewer than SHORT_SPAN offsets
  * of an axis then visits every offset (a constant trip count: it unrolls and its tap tests
  * fold) and skips those outside the axis; otherwise it visits those taps_inside() gives.
- * The windowed kernels come twice: tiled (TILED3D: a GPU's builds, and any with tiles of
- * more than one element) and one work-item per element (a CPU's: tiled ones with tiles of
- * one were 10-20% slower under PoCL, [2,16,16,28,28] k3 s2 p1). */
+ * A CPU's builds take tiles of one element without unrolling: every tap test and loop over
+ * the tile folds away (n == 1), leaving the walk over one window's taps inside the volume
+ * (a forward) or over the windows that reach one element (a backward) of a work-item per
+ * element (as fast as the per-element kernels that were, under PoCL: [2,16,16,28,28] and
+ * [2,64,16,56,56] k3 s2 p1, within 3%). */
 #ifndef CLPOOL_3D_DEPTHS
 #define CLPOOL_3D_DEPTHS 1
 #endif
@@ -87,8 +89,6 @@
 #else
 #define UNROLLED3D 0
 #endif
-#define TILED3D (UNROLLED3D || CLPOOL_ROWS > 1 || CLPOOL_COLS > 1 || CLPOOL_3D_DEPTHS > 1)
-#if TILED3D
 #define WALK_ALL(n, s, k, d)                                                        \
     (UNROLLED3D && (long)((n) - 1) * (s) + (long)((k) - 1) * (d) < SHORT_SPAN)
 
@@ -304,83 +304,11 @@ __kernel void max_pool3d_backward(__global const elem_t *restrict grad_out,
     STORE_TILE3D(g, volume, id0, ih0, iw0);
 }
 
-#else
-
-/* out = max over the window, NaN winning (the last NaN in window order keeps its index,
- * as in PyTorch) and ties keeping the first element in (d, h, w) window order; a window
- * with no element gives -inf and index -1. max_pool3d builds with -DCLPOOL_NO_INDICES
- * and passes a placeholder for `indices`. */
-__kernel void max_pool3d_forward(__global const elem_t *restrict x,
-                                 __global elem_t *restrict out,
-                                 __global index_t *restrict indices,
-                                 MAX_POOL3D_SIZES)
-{
-    FIX_WINDOW3D();
-    FIX_DILATION3D();
-    ITEM3D(ow, oh, z, OW, OH);
-    SPLIT_ROW(z, OD, volume, od);
-    __global const elem_t *xp = x + volume * D * H * W;
-    int ds = od * sd - pd, hs = oh * sh - ph, ws = ow * sw - pw;
-    int2 ti = taps_within(ds, kd, dd, D), tj = taps_within(hs, kh, dh, H),
-         tk = taps_within(ws, kw, dw, W);
-    acc_t best = -INFINITY;
-    pos_t best_i = -1;
-    for (int i = ti.x; i < ti.y; ++i) {
-        pos_t depth = (pos_t)(ds + i * dd) * H;
-        for (int j = tj.x; j < tj.y; ++j) {
-            pos_t row = (depth + hs + j * dh) * W + ws;
-            for (int k = tk.x; k < tk.y; ++k) {
-                pos_t at = row + k * dw;
-                acc_t v = LOAD(xp, at);
-                if (FIRST_TAP(best_i) || v > best || isnan(v)) {
-                    best = v;
-                    best_i = at;
-                }
-            }
-        }
-    }
-    long o = (z * OH + oh) * OW + ow;
-    STORE(out, o, best);
-#ifndef CLPOOL_NO_INDICES
-    indices[o] = (index_t)best_i;
-#endif
-}
-
-/* grad_x[e] = sum, in ascending output order, of grad_out over the windows that can
- * contain e and whose index names e. An index naming no element of the volume matches
- * nothing. */
-__kernel void max_pool3d_backward(__global const elem_t *restrict grad_out,
-                                  __global const index_t *restrict indices,
-                                  __global elem_t *restrict grad_x,
-                                  MAX_POOL3D_SIZES)
-{
-    FIX_WINDOW3D();
-    FIX_DILATION3D();
-    ITEM3D(iw, ih, z, W, H);
-    SPLIT_ROW(z, D, volume, id);
-    long first = volume * OD * OH * OW;
-    __global const elem_t *gp = grad_out + first;
-    __global const index_t *ip = indices + first;
-    pos_t self = ((pos_t)id * H + ih) * W + iw;
-    window_range rd = windows_reaching(id, 1, D, sd, pd, (kd - 1) * dd + 1, OD),
-                 rh = windows_reaching(ih, 1, H, sh, ph, (kh - 1) * dh + 1, OH),
-                 rw = windows_reaching(iw, 1, W, sw, pw, (kw - 1) * dw + 1, OW);
-    acc_t g = 0;
-    for (int od = rd.first; od < rd.end; ++od)
-        for (int oh = rh.first; oh < rh.end; ++oh)
-            for (int ow = rw.first; ow < rw.end; ++ow) {
-                pos_t o = ((pos_t)od * OH + oh) * OW + ow;
-                if (ip[o] == self)
-                    g += LOAD(gp, o);
-            }
-    STORE(grad_x, volume * D * H * W + self, g);
-}
-
-#endif
-
 /* Divisors: at most the window's elements, fewer than 2^31 where its sizes are constants
- * (32-bit arithmetic then, in the tiled kernels: the others ran 13% slower so under PoCL). */
-#if TILED3D && defined(CLPOOL_3D_KD) && CLPOOL_3D_KD * CLPOOL_3D_KH * CLPOOL_3D_KW < 2147483647
+ * (32-bit arithmetic then; the per-element kernels a CPU once ran apart from the tiles
+ * were 13% slower so under PoCL, its tiles of one are not: avg_pool3d and its backward
+ * within 2% of 64-bit divisors, [2,16,16,28,28] k3 s2 p1). */
+#if defined(CLPOOL_3D_KD) && CLPOOL_3D_KD * CLPOOL_3D_KH * CLPOOL_3D_KW < 2147483647
 typedef int divisor_t;
 #else
 typedef long divisor_t;
@@ -404,7 +332,6 @@ inline divisor_t avg_divisor3d(int ds, int hs, int ws, AVG_POOL3D_SIZES)
     D, H, W, OD, OH, OW, kd, kh, kw, sd, sh, sw, pd, ph, pw, count_include_pad,     \
     divisor_override
 
-#if TILED3D
 /* out = the sum over the window's elements inside the volume / its divisor. */
 __kernel void avg_pool3d_forward(__global const elem_t *restrict x,
                                  __global elem_t *restrict out,
@@ -452,56 +379,6 @@ __kernel void avg_pool3d_backward(__global const elem_t *restrict grad_out,
     }
     STORE_TILE3D(g, volume, id0, ih0, iw0);
 }
-
-#else
-
-/* out = the sum over the window's elements inside the volume / its divisor. */
-__kernel void avg_pool3d_forward(__global const elem_t *restrict x,
-                                 __global elem_t *restrict out,
-                                 AVG_POOL3D_SIZES)
-{
-    FIX_WINDOW3D();
-    ITEM3D(ow, oh, z, OW, OH);
-    SPLIT_ROW(z, OD, volume, od);
-    __global const elem_t *xp = x + volume * D * H * W;
-    int ds = od * sd - pd, hs = oh * sh - ph, ws = ow * sw - pw;
-    int d1 = min(ds + kd, D), h1 = min(hs + kh, H), w1 = min(ws + kw, W);
-    acc_t sum = 0;
-    for (int d = max(ds, 0); d < d1; ++d)
-        for (int h = max(hs, 0); h < h1; ++h) {
-            pos_t row = ((pos_t)d * H + h) * W;
-            for (int w = max(ws, 0); w < w1; ++w)
-                sum += LOAD(xp, row + w);
-        }
-    long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
-    STORE(out, (z * OH + oh) * OW + ow, div ? sum / (acc_t)div : (acc_t)0);
-}
-
-/* grad_x[e] = sum, in ascending output order, of grad_out / divisor over the windows
- * containing e (the forward's divisors). */
-__kernel void avg_pool3d_backward(__global const elem_t *restrict grad_out,
-                                  __global elem_t *restrict grad_x,
-                                  AVG_POOL3D_SIZES)
-{
-    FIX_WINDOW3D();
-    ITEM3D(iw, ih, z, W, H);
-    SPLIT_ROW(z, D, volume, id);
-    __global const elem_t *gp = grad_out + volume * OD * OH * OW;
-    window_range rd = windows_reaching(id, 1, D, sd, pd, kd, OD),
-                 rh = windows_reaching(ih, 1, H, sh, ph, kh, OH),
-                 rw = windows_reaching(iw, 1, W, sw, pw, kw, OW);
-    acc_t g = 0;
-    for (int od = rd.first; od < rd.end; ++od)
-        for (int oh = rh.first; oh < rh.end; ++oh)
-            for (int ow = rw.first; ow < rw.end; ++ow) {
-                long div = avg_divisor3d(od * sd - pd, oh * sh - ph, ow * sw - pw,
-                                         AVG_POOL3D_ARGS);
-                g += LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / (acc_t)div;
-            }
-    STORE(grad_x, volume * D * H * W + ((pos_t)id * H + ih) * W + iw, g);
-}
-
-#endif
 
 /* The backward kernels for a CPU, as max_pool2d_backward_plane and
  * avg_pool2d_backward_plane: one work-item per volume adds each window's gradient (max:
@@ -651,18 +528,13 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
  * voxel (contiguous in channels-last-3d memory: coalesced loads and stores). The host takes
  * 4 channels per work-item where they are contiguous in every view and C % 4 == 0, else 1
  * (clpool.h's load_lanes and store_lanes, as elements: vload4, not aligned vectors). */
-#define STRIDED3D_FORWARD_SIZES                                                     \
-    long x_offset, long x_sn, long x_sc, long x_sd, long x_sh, long x_sw,           \
-    long out_sn, long out_sc, long out_sd, long out_sh, long out_sw, int C,         \
-    int channels_inner
-#define STRIDED3D_BACKWARD_SIZES                                                    \
-    long grad_out_offset, long grad_out_sn, long grad_out_sc, long grad_out_sd,     \
-    long grad_out_sh, long grad_out_sw, long grad_x_sn, long grad_x_sc,             \
-    long grad_x_sd, long grad_x_sh, long grad_x_sw, int C, int channels_inner
+/* The strides of result view v, then those of input view v, its offset first. */
+#define STRIDES3D(v) long v##_sn, long v##_sc, long v##_sd, long v##_sh, long v##_sw
+#define VIEW3D(v) long v##_offset, STRIDES3D(v)
+#define STRIDED3D_FORWARD_SIZES VIEW3D(x), STRIDES3D(out), int C, int channels_inner
+#define STRIDED3D_BACKWARD_SIZES VIEW3D(grad_out), STRIDES3D(grad_x), int C, int channels_inner
 /* The strides of the indices max_pool3d_backward_strided reads, as an input view. */
-#define INDICES3D_VIEW_SIZES                                                        \
-    long indices_offset, long indices_sn, long indices_sc, long indices_sd,         \
-    long indices_sh, long indices_sw
+#define INDICES3D_VIEW_SIZES VIEW3D(indices)
 #define AT3D_OUT(v, n, c, d, h, w)                                                  \
     ((n) * v##_sn + (long)(c) * v##_sc + (long)(d) * v##_sd + (long)(h) * v##_sh    \
      + (long)(w) * v##_sw)

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyopencl as cl
+import pyopencl.array as cla
 import pytest
 
-from clpool import PoolArgumentError, check
+from clpool import PoolArgumentError, check, discovery, launch
 from clpool import reference as ref
 
 
@@ -164,6 +165,34 @@ def assert_close(got, want, rtol: float = 1e-5, context: object = "") -> None:
     assert got.shape == want.shape, f"shape {got.shape} != {want.shape} {context}"
     err = check.error(got, want)
     assert err <= rtol, f"error {err} > {rtol} {context}"
+
+
+def default_queue() -> cl.CommandQueue:
+    """The queue of the device clpool chooses (CLPOOL_DEVICE's)."""
+    return discovery.runtime(discovery.select()).queue
+
+
+def results(got) -> list:
+    """An op's result, or its results, as a list."""
+    return list(got) if isinstance(got, (tuple, list)) else [got]
+
+
+def check_result(got, want, exact: bool, rtol: float = 1e-5) -> None:
+    """clpool's result `got` (a device Array, a numpy array or a torch tensor) equals
+    torch's tensor `want`: values (bit for bit where `exact`, as max pooling's and indices
+    are; else within `rtol`), dtype and element strides."""
+    if isinstance(got, cla.Array):
+        strides = tuple(s // got.dtype.itemsize for s in got.strides)
+        got = launch._get(got)
+    elif isinstance(got, np.ndarray):
+        strides = tuple(s // got.dtype.itemsize for s in got.strides)
+    else:
+        strides, got = got.stride(), got.numpy()
+    assert strides == want.stride(), (strides, want.stride())
+    if exact:
+        assert same_bits(np.ascontiguousarray(got), np.ascontiguousarray(want.numpy()))
+    else:
+        assert_close(got, want.numpy(), rtol)
 
 
 def message_re(label: str, device: cl.Device, dtype: str) -> str:

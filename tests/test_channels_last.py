@@ -11,11 +11,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
-from pool_cases import assert_close, data, same_bits  # noqa: E402
+from pool_cases import assert_close, check_result, data, default_queue, results, same_bits  # noqa: E402
 
 import clpool  # noqa: E402
 import clpool.torch as ct  # noqa: E402
-from clpool import discovery, launch, plans, policy  # noqa: E402
+from clpool import launch, plans, policy  # noqa: E402
 
 CL = torch.channels_last
 aten = torch.ops.aten
@@ -54,41 +54,15 @@ def _tensor(seed: int, shape=SHAPE, dtype=np.float32, special=True, ties=False) 
     return torch.from_numpy(x).contiguous(memory_format=CL)
 
 
-def _queue():
-    return discovery.runtime(discovery.select()).queue
-
-
 def _nhwc_array(t: torch.Tensor) -> cla.Array:
     """Channels-last tensor `t` as a device Array with its strides (NHWC memory)."""
-    return cla.to_device(_queue(), t.permute(0, 2, 3, 1).numpy()).transpose((0, 3, 1, 2))
+    return cla.to_device(default_queue(), t.permute(0, 2, 3, 1).numpy()).transpose((0, 3, 1, 2))
 
 
 def _as(kind: str, t: torch.Tensor):
     """Tensor `t` as the input kind: a device Array, a numpy array or the tensor itself,
     each with `t`'s strides."""
     return {"array": _nhwc_array, "numpy": lambda t: t.numpy(), "tensor": lambda t: t}[kind](t)
-
-
-def _results(got) -> list:
-    return list(got) if isinstance(got, (tuple, list)) else [got]
-
-
-def _check(got, want, exact: bool) -> None:
-    """clpool's result `got` (any kind) equals torch's `want`: values (bit for bit where
-    `exact`, as max pooling and indices are), dtype and element strides."""
-    if isinstance(got, cla.Array):
-        strides = tuple(s // got.dtype.itemsize for s in got.strides)
-        got = launch._get(got)
-    elif isinstance(got, torch.Tensor):
-        strides, got = got.stride(), got.numpy()
-    else:
-        strides = tuple(s // got.dtype.itemsize for s in got.strides)
-    assert strides == want.stride(), (strides, want.stride())
-    want = want.numpy()
-    if exact:
-        assert same_bits(np.ascontiguousarray(got), np.ascontiguousarray(want))
-    else:
-        assert_close(got, want)
 
 
 @pytest.mark.parametrize("channels", [5, 8])  # 8: max pooling takes 4 channels per work-item
@@ -98,10 +72,10 @@ def _check(got, want, exact: bool) -> None:
 def test_forward_channels_last_matches_torch(kind, case, ties, channels):
     ours, theirs = FORWARD[case]
     t = _tensor(7, (2, channels, 7, 9), ties=ties)
-    got, want = _results(ours(_as(kind, t))), _results(theirs(t))
+    got, want = results(ours(_as(kind, t))), results(theirs(t))
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
-        _check(g, w, exact=case.startswith("max"))
+        check_result(g, w, exact=case.startswith("max"))
 
 
 @pytest.mark.parametrize("gpu", [False, True])
@@ -113,9 +87,9 @@ def test_channels_last_forward_tiles_match_torch(case, tile, gpu):
     ours, theirs = FORWARD[case]
     t = _tensor(8, (2, 8, 10, 11), ties=True)
     with policy.use(gpu=gpu, nhwc=tile):
-        got, want = _results(ours(_nhwc_array(t))), _results(theirs(t))
+        got, want = results(ours(_nhwc_array(t))), results(theirs(t))
     for g, w in zip(got, want, strict=True):
-        _check(g, w, exact=case.startswith("max"))
+        check_result(g, w, exact=case.startswith("max"))
 
 
 AVG_BACKWARD_WINDOWS = [(3, 2, 1, True, False, None), (2, 1, 1, False, True, None),
@@ -209,9 +183,9 @@ def test_backward_channels_last_matches_aten(kind, formats, channels):
         i = idx if idx is None or formats != "cl-input" else idx.contiguous()
         want = theirs(g, x, i)
         arrays = [None if a is None else (_as(kind, a) if not a.is_contiguous() else
-                  (cla.to_device(_queue(), a.numpy()) if kind == "array" else
+                  (cla.to_device(default_queue(), a.numpy()) if kind == "array" else
                    _as(kind, a))) for a in (g, x, i)]  # fmt: skip
-        _check(ours(*arrays), want, exact=name == "max")
+        check_result(ours(*arrays), want, exact=name == "max")
 
 
 @pytest.mark.parametrize(
@@ -238,9 +212,9 @@ def test_torch_modules_keep_channels_last_forward_and_backward(module, reference
 
 def _views(base: np.ndarray):
     """(name, device view, the same view on the host): strides other than channels-last."""
-    on_device = cla.to_device(_queue(), base)
+    on_device = cla.to_device(default_queue(), base)
     host_nhwc = base.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2)
-    nhwc = cla.to_device(_queue(), host_nhwc.transpose(0, 2, 3, 1)).transpose((0, 3, 1, 2))
+    nhwc = cla.to_device(default_queue(), host_nhwc.transpose(0, 2, 3, 1)).transpose((0, 3, 1, 2))
     return [
         ("transposed-hw", on_device.transpose((0, 1, 3, 2)), base.transpose(0, 1, 3, 2)),
         ("sliced-channels-nhwc", nhwc[:, 1:4], host_nhwc[:, 1:4]),
@@ -261,9 +235,9 @@ def test_other_strides_match_the_contiguous_result(case, host):
     ours, theirs = FORWARD[case]
     base = data(np.random.default_rng(5), (2, 5, 8, 9), special=True)
     for name, view, on_host in _views(base):
-        want = _results(ours(np.ascontiguousarray(on_host)))
-        got = _results(ours(on_host if host else view))
-        torch_strides = _results(theirs(torch.from_numpy(on_host)))[0].stride()
+        want = results(ours(np.ascontiguousarray(on_host)))
+        got = results(ours(on_host if host else view))
+        torch_strides = results(theirs(torch.from_numpy(on_host)))[0].stride()
         for g, w in zip(got, want, strict=True):
             assert tuple(s // g.dtype.itemsize for s in g.strides) == torch_strides, name
             got_host = np.ascontiguousarray(g if host else launch._get(g))
@@ -275,7 +249,7 @@ def test_other_strides_match_the_contiguous_result(case, host):
 
 def test_strided_backward_inputs_match_the_contiguous_result():
     """grad_output and indices of any strides (every other column of wider arrays)."""
-    q = _queue()
+    q = default_queue()
     x = data(np.random.default_rng(6), (2, 3, 6, 7), special=True)
     _, idx = clpool.max_pool2d_with_indices(x, 2, 1, 1, ceil_mode=True, index_dtype="int32")
     g = data(np.random.default_rng(7), idx.shape)
@@ -307,7 +281,7 @@ def test_a_channels_last_array_launches_only_the_op_kernel_planned_once(
     )  # fmt: skip
     x = _nhwc_array(_tensor(12, special=False))
     ours = FORWARD[case][0]
-    first, second = _results(ours(x)), _results(ours(x))
+    first, second = results(ours(x)), results(ours(x))
     family = {"max": "max_pool2d", "avg": "avg_pool2d", "ada": "adaptive_avg_pool2d"}[case[:3]]
     assert [name for name, _ in launched] == [f"{family}_forward_strided"] * 2
     assert enqueued == [f"{family}_forward_strided"] * 2
@@ -335,10 +309,11 @@ def test_global_average_on_a_gpu_runs_work_groups_of_channels_by_row_slices(chan
     kernel, its slices of rows added in local memory."""
     with policy.use(gpu=True):
         t = _tensor(17, (2, channels, 9, 5), special=False)
-        _check(clpool.adaptive_avg_pool2d(_nhwc_array(t), 1), F.adaptive_avg_pool2d(t, 1), False)
+        want = F.adaptive_avg_pool2d(t, 1)
+        check_result(clpool.adaptive_avg_pool2d(_nhwc_array(t), 1), want, False)
         view = _nhwc_array(t)[:, :, 1:, ::2]
         want = F.adaptive_avg_pool2d(t[:, :, 1:, ::2], 1)
-        _check(clpool.adaptive_avg_pool2d(view, 1), want, False)
+        check_result(clpool.adaptive_avg_pool2d(view, 1), want, False)
     assert [name for name, _ in launched] == ["adaptive_avg_pool2d_global_strided"] * 2
 
 
@@ -348,7 +323,7 @@ def test_float16_and_float64_channels_last(dtype):
         t = _tensor(14, (2, 8, 7, 9), dtype=dtype)
         for case in ("max-ceil", "avg-include-pad", "adaptive"):
             ours, theirs = FORWARD[case]
-            for g, w in zip(_results(ours(t.numpy())), _results(theirs(t)), strict=True):
+            for g, w in zip(results(ours(t.numpy())), results(theirs(t)), strict=True):
                 g = torch.from_numpy(g)
                 assert g.dtype == w.dtype and g.stride() == w.stride()
                 if case.startswith("max"):  # NaN payloads aside (vstore_half's)
@@ -367,7 +342,7 @@ def test_int32_indices_channels_last_forward_and_backward(channels):
     g = torch.from_numpy(data(np.random.default_rng(2), tuple(want.shape)))
     g = g.contiguous(memory_format=CL)
     got = clpool.max_pool2d_with_indices_backward(g.numpy(), t.numpy(), 3, 2, 1, 2, False, idx)
-    _check(got, aten.max_pool2d_with_indices_backward(g, t, [3, 3], [2, 2], [1, 1], [2, 2],
+    check_result(got, aten.max_pool2d_with_indices_backward(g, t, [3, 3], [2, 2], [1, 1], [2, 2],
                                                       False, want_idx), exact=True)  # fmt: skip
 
 
@@ -384,18 +359,18 @@ def test_windows_of_minus_infinity_and_nan_channels_last(channels):
         got = clpool.max_pool2d_with_indices(t.numpy(), *args)
         want = F.max_pool2d(t, *args, return_indices=True)
         for g, w in zip(got, want, strict=True):
-            _check(g, w, exact=True)
+            check_result(g, w, exact=True)
 
 
 def test_out_must_have_the_results_strides():
     t = _tensor(16, special=False)
     x = _nhwc_array(t)
     want = F.avg_pool2d(t, 2)
-    out = cla.to_device(_queue(), want.permute(0, 2, 3, 1).numpy() * 0).transpose((0, 3, 1, 2))
+    out = _nhwc_array(want * 0)
     assert clpool.avg_pool2d(x, 2, out=out) is out
-    _check(out, want, exact=False)
+    check_result(out, want, exact=False)
     with pytest.raises(clpool.PoolArgumentError, match="channels-last"):
-        clpool.avg_pool2d(x, 2, out=cla.empty(_queue(), tuple(want.shape), np.float32))
+        clpool.avg_pool2d(x, 2, out=cla.empty(default_queue(), tuple(want.shape), np.float32))
 
 
 # Ops with no channels-last kernels of their own: their inputs go to the device

@@ -6,18 +6,17 @@ average ops give C-contiguous results), with PyTorch's values and indices."""
 from __future__ import annotations
 
 import numpy as np
-import pyopencl as cl
 import pyopencl.array as cla
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
-from pool_cases import assert_close, data, same_bits  # noqa: E402
+from pool_cases import assert_close, check_result, data, default_queue, results, same_bits  # noqa: E402
 
 import clpool  # noqa: E402
 import clpool.torch as ct  # noqa: E402
-from clpool import discovery, launch, policy  # noqa: E402
+from clpool import policy  # noqa: E402
 
 CL3 = torch.channels_last_3d
 aten = torch.ops.aten
@@ -47,10 +46,6 @@ FORWARD = {
 SHAPE = (2, 5, 4, 6, 7)
 
 
-def _queue() -> cl.CommandQueue:
-    return discovery.runtime(discovery.select()).queue
-
-
 def _tensor(seed: int, shape=SHAPE, dtype=np.float32, special=True) -> torch.Tensor:
     """Random data (ties, NaN and -inf with `special`) as a channels_last_3d tensor."""
     x = data(np.random.default_rng(seed), shape, dtype, special)
@@ -59,36 +54,20 @@ def _tensor(seed: int, shape=SHAPE, dtype=np.float32, special=True) -> torch.Ten
 
 def _ndhwc_array(t: torch.Tensor) -> cla.Array:
     """Channels-last-3d tensor `t` as a device Array with its strides (NDHWC memory)."""
-    return cla.to_device(_queue(), t.permute(0, 2, 3, 4, 1).numpy()).transpose((0, 4, 1, 2, 3))
+    ndhwc = t.permute(0, 2, 3, 4, 1).numpy()
+    return cla.to_device(default_queue(), ndhwc).transpose((0, 4, 1, 2, 3))
 
 
 def _as(kind: str, t: torch.Tensor):
     """Tensor `t` as the input kind, with `t`'s strides: a device Array (a C-contiguous one
     for a C-contiguous `t`), a numpy array or the tensor itself."""
     if kind == "array":
-        return cla.to_device(_queue(), t.numpy()) if t.is_contiguous() else _ndhwc_array(t)
+        return cla.to_device(default_queue(), t.numpy()) if t.is_contiguous() else _ndhwc_array(t)
     return t.numpy() if kind == "numpy" else t
 
 
-def _results(got) -> list:
-    return list(got) if isinstance(got, (tuple, list)) else [got]
-
-
 def _check(got, want: torch.Tensor, exact: bool) -> None:
-    """clpool's result `got` (any kind) equals torch's `want`: values (bit for bit where
-    `exact`), dtype and element strides."""
-    if isinstance(got, cla.Array):
-        strides = tuple(s // got.dtype.itemsize for s in got.strides)
-        got = launch._get(got)
-    elif isinstance(got, torch.Tensor):
-        strides, got = got.stride(), got.numpy()
-    else:
-        strides = tuple(s // got.dtype.itemsize for s in got.strides)
-    assert strides == want.stride(), (strides, want.stride())
-    if exact:
-        assert same_bits(np.ascontiguousarray(got), np.ascontiguousarray(want.numpy()))
-    else:
-        assert_close(got, want.numpy(), TOL.get(want.dtype, 1e-5))
+    check_result(got, want, exact, TOL.get(want.dtype, 1e-5))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -98,7 +77,7 @@ def _check(got, want: torch.Tensor, exact: bool) -> None:
 def test_forward_channels_last_3d_matches_torch(case, kind, channels, dtype):
     ours, theirs = FORWARD[case]
     t = _tensor(7, (2, channels, 4, 6, 7), dtype)
-    got, want = _results(ours(_as(kind, t))), _results(theirs(t))
+    got, want = results(ours(_as(kind, t))), results(theirs(t))
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         _check(g, w, exact=case.startswith("max"))
@@ -147,9 +126,10 @@ def test_backward_channels_last_3d_matches_aten(formats, kind, channels, dtype):
 
 def _views(base: np.ndarray):
     """(name, device view, the same view on the host): strides other than dense NDHWC."""
-    on_device = cla.to_device(_queue(), base)
+    on_device = cla.to_device(default_queue(), base)
     host_ndhwc = base.transpose(0, 2, 3, 4, 1).copy().transpose(0, 4, 1, 2, 3)
-    ndhwc = cla.to_device(_queue(), host_ndhwc.transpose(0, 2, 3, 4, 1)).transpose((0, 4, 1, 2, 3))
+    ndhwc = cla.to_device(default_queue(), host_ndhwc.transpose(0, 2, 3, 4, 1))
+    ndhwc = ndhwc.transpose((0, 4, 1, 2, 3))
     return [
         ("transposed-hw", on_device.transpose((0, 1, 2, 4, 3)), base.transpose(0, 1, 2, 4, 3)),
         ("depth-last", on_device.transpose((0, 1, 3, 4, 2)), base.transpose(0, 1, 3, 4, 2)),
@@ -171,8 +151,8 @@ def test_strided_device_views_match_torch(case, dtype):
     ours, theirs = FORWARD[case]
     base = data(np.random.default_rng(5), (2, 6, 5, 8, 9), dtype, special=True)
     for name, view, on_host in _views(base):
-        want = _results(theirs(torch.from_numpy(on_host)))
-        for g, w in zip(_results(ours(view)), want, strict=True):
+        want = results(theirs(torch.from_numpy(on_host)))
+        for g, w in zip(results(ours(view)), want, strict=True):
             try:
                 _check(g, w, exact=case.startswith("max"))
             except AssertionError as e:
@@ -188,9 +168,9 @@ def test_strided_host_views_match_the_contiguous_result(case):
     for name, _, on_host in _views(base):
         if on_host.ndim == 4:
             continue
-        want = _results(ours(np.ascontiguousarray(on_host)))
-        strides = _results(theirs(torch.from_numpy(on_host)))[0].stride()
-        for g, w in zip(_results(ours(on_host)), want, strict=True):
+        want = results(ours(np.ascontiguousarray(on_host)))
+        strides = results(theirs(torch.from_numpy(on_host)))[0].stride()
+        for g, w in zip(results(ours(on_host)), want, strict=True):
             assert tuple(s // g.dtype.itemsize for s in g.strides) == strides, name
             if case.startswith("max"):
                 assert same_bits(np.ascontiguousarray(g), w), name
@@ -201,7 +181,7 @@ def test_strided_host_views_match_the_contiguous_result(case):
 def test_strided_backward_inputs_match_torch():
     """grad_output and indices of any strides (every other column of wider arrays, int32
     indices) and an input view: ATen's gradients and memory format."""
-    q = _queue()
+    q = default_queue()
     x = torch.from_numpy(data(np.random.default_rng(6), (2, 3, 5, 6, 7), special=True))
     _, idx = F.max_pool3d(x, 2, 1, 1, ceil_mode=True, return_indices=True)
     g = torch.from_numpy(data(np.random.default_rng(7), tuple(idx.shape)))
@@ -249,7 +229,7 @@ def test_a_channels_last_3d_input_launches_only_the_op_kernels(kind, launched, e
     assert enqueued == want
 
 
-def test_gpu_policy_and_constant_windows_give_the_same_results():
+def test_gpu_policy_and_constant_windows_give_the_sameresults():
     """The _strided kernels built as a GPU would build them, and with the window sizes as
     arguments: the same values and indices."""
     t = _tensor(13, (1, 8, 4, 5, 6))
@@ -257,7 +237,7 @@ def test_gpu_policy_and_constant_windows_give_the_same_results():
         with policy.use(gpu=gpu, specialize=specialize):
             for case in ("max-dilated", "avg-divisor"):
                 ours, theirs = FORWARD[case]
-                for g, w in zip(_results(ours(t)), _results(theirs(t)), strict=True):
+                for g, w in zip(results(ours(t)), results(theirs(t)), strict=True):
                     _check(g, w, exact=case.startswith("max"))
 
 
@@ -301,7 +281,7 @@ def test_16_bit_channels_last_3d(dtype):
     with policy.use(fp16_storage=True):
         for case in ("max-ceil", "avg-exclude-pad", "adaptive"):
             ours, theirs = FORWARD[case]
-            for g, w in zip(_results(ours(t)), _results(theirs(t.float())), strict=True):
+            for g, w in zip(results(ours(t)), results(theirs(t.float())), strict=True):
                 w = w.to(g.dtype) if w.is_floating_point() else w
                 assert g.dtype == w.dtype and g.stride() == w.stride(), case
                 if case.startswith("max"):
