@@ -130,30 +130,31 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
     long plane = PLANE_ID();
     __global const elem_t *gp = grad_out + plane * OH * OW;
     int ih0 = tile_start(1, CLPOOL_ROWS, H);
-    window_range rows = windows_reaching(ih0, CLPOOL_ROWS, H, sh, ph, kh, OH);
-    window_range cols = windows_reaching(iw0, CLPOOL_COLS, W, sw, pw, kw, OW);
+    tile_windows th = windows_of_tile(ih0, CLPOOL_ROWS, H, sh, ph, kh, OH),
+                 tw = windows_of_tile(iw0, CLPOOL_COLS, W, sw, pw, kw, OW);
 
     acc_t g[CLPOOL_ROWS][CLPOOL_COLS];
     UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
         UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
             g[r][c] = 0;
     /* each window's share added to its elements in output order, as PyTorch's CPU kernel
-     * and the _plane and _strided kernels add (the same bits on every path) */
-    UNROLL for (int a = 0; a < windows_to_visit(rows); ++a) {
-        int oh = rows.first + a, top = oh * sh - ph;
-        if (oh >= rows.end)
+     * and the _plane and _strided kernels add (the same bits on every path); with the
+     * window sizes constant, which element a window covers folds at build time */
+    UNROLL for (int a = 0; a < th.count; ++a) {
+        int oh = th.first + a, top = oh * sh - ph;
+        if (!INSIDE(oh, th.end))
             continue;
-        UNROLL for (int b = 0; b < windows_to_visit(cols); ++b) {
-            int ow = cols.first + b, left = ow * sw - pw;
-            if (ow >= cols.end)
+        UNROLL for (int b = 0; b < tw.count; ++b) {
+            int ow = tw.first + b, left = ow * sw - pw;
+            if (!INSIDE(ow, tw.end))
                 continue;
             acc_t v = LOAD(gp, (pos_t)oh * OW + ow)
                       / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
                                            count_include_pad, divisor_override);
             UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
-                if (INSIDE((uint)(ih0 - top) + r, kh))
+                if (COVERS(th, r, a, CLPOOL_ROWS, sh, kh))
                     UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
-                        if (INSIDE((uint)(iw0 - left) + c, kw))
+                        if (COVERS(tw, c, b, CLPOOL_COLS, sw, kw))
                             g[r][c] += v;
         }
     }

@@ -175,8 +175,10 @@ inline int tile_start(uint dim, int per_item, int size)
  * 3-D kernels' constants are -DCLPOOL_3D_KD.. (pool3d.cl). */
 #if (defined(CLPOOL_KH) || defined(CLPOOL_3D_KD)) && defined(CLPOOL_UNROLL)
 #define UNROLL _Pragma("unroll")
+#define UNROLLED 1
 #else
 #define UNROLL
+#define UNROLLED 0
 #endif
 /* A forward tile's loop over the offsets of its input along an axis runs over every offset
  * (a constant trip count: it unrolls, and its tap tests fold) where the window sizes are
@@ -355,6 +357,38 @@ inline int windows_to_visit(window_range r)
     int reaching = r.end - r.first;
     return reaching < 0 ? 0 : reaching < r.count ? reaching : r.count;
 }
+
+/* The windows of an axis (stride s, padding p, extent span, `out` of them) that can reach
+ * a backward tile's positions i0 .. i0 + n - 1: window first + b for b < count, where it
+ * lies in 0 .. end - 1, starting at i0 - lead + b * s. With the window sizes constant and
+ * n a multiple of s (so is i0), count and lead are constants: whether window b covers
+ * position t of the tile (COVERS) folds at build time. */
+typedef struct {
+    int first, count, lead, end;
+} tile_windows;
+
+inline tile_windows windows_of_tile(int i0, int n, int size, int s, int p, int span, int out)
+{
+    tile_windows t;
+    int before = (span - 1 - p) / s; /* windows before the one starting in i0 .. i0 + s - 1 */
+    if (UNROLLED && n % s == 0 && before + (n - 1 + p) / s < SHORT_COUNT) {
+        t.first = i0 / s - before;
+        t.count = before + (n - 1 + p) / s + 1;
+        t.lead = before * s + p;
+        t.end = out;
+    } else {
+        window_range r = windows_reaching(i0, n, size, s, p, span, out);
+        t.first = r.first;
+        t.count = windows_to_visit(r);
+        t.lead = i0 - (r.first * s - p);
+        t.end = r.end;
+    }
+    return t;
+}
+
+/* True when window first + b of t covers position i of its tile of n (any window that
+ * reaches a tile of one covers it). */
+#define COVERS(t, i, b, n, s, span) ((n) == 1 || INSIDE((i) + (t).lead - (b) * (s), span))
 
 #ifndef CLPOOL_NO_LANES16
 /* p[i], p[i + s], .. p[i + 15 * s] as a vector: one load (s == 1), two and a shuffle

@@ -198,38 +198,6 @@ __kernel void max_pool3d_forward(__global const elem_t *restrict x,
     }
 }
 
-/* The windows of an axis (stride s, padding p, extent span, `out` of them) that can reach
- * a backward tile's positions i0 .. i0 + n - 1: window first + b for b < count, where it
- * lies in 0 .. end - 1, starting at i0 - lead + b * s. With the window sizes constant and
- * n a multiple of s (so is i0), count and lead are constants: whether window b covers
- * position t of the tile (COVERS) folds at build time. */
-typedef struct {
-    int first, count, lead, end;
-} tile_windows;
-
-inline tile_windows windows_of_tile(int i0, int n, int size, int s, int p, int span, int out)
-{
-    tile_windows t;
-    int before = (span - 1 - p) / s; /* windows before the one starting in i0 .. i0 + s - 1 */
-    if (UNROLLED3D && n % s == 0 && before + (n - 1 + p) / s < SHORT_COUNT) {
-        t.first = i0 / s - before;
-        t.count = before + (n - 1 + p) / s + 1;
-        t.lead = before * s + p;
-        t.end = out;
-    } else {
-        window_range r = windows_reaching(i0, n, size, s, p, span, out);
-        t.first = r.first;
-        t.count = windows_to_visit(r);
-        t.lead = i0 - (r.first * s - p);
-        t.end = r.end;
-    }
-    return t;
-}
-
-/* True when window first + b of t covers position i of its tile of n (any window that
- * reaches a tile of one covers it). */
-#define COVERS(t, i, b, n, s, span) ((n) == 1 || INSIDE((i) + (t).lead - (b) * (s), span))
-
 /* Loops over the windows (od, oh, ow) that can reach this work-item's tile, in ascending
  * output order: window numbers a, b, e in td, th, tw; TILE_OUTPUT is its output's offset
  * in the volume. Unrolled, the loops run over constant counts, past those windows. */

@@ -429,3 +429,27 @@ def test_grad_output_of_another_dtype(device, label):
     check_error(info, label, device, "float32")
     with pytest.raises(clpool.UnsupportedDtypeError):
         clpool.avg_pool2d_backward(G.astype(np.int32), X.astype(np.int32), 2)
+
+
+@pytest.mark.parametrize("tile", [(4, 2), (4, 4), (2, 3), (3, 1), (1, 1)])
+def test_gpu_tiles_of_the_avg_backward_give_pytorchs_bits(device, tile):
+    """A GPU's avg backward tile, its coverage folded at build time where the tile is a
+    multiple of the stride: each window's share added in output order, PyTorch CPU's
+    bits (and the per-plane kernel's), at the plane's edges too."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3300)
+    x = data(rng, (2, 3, 13, 11))
+    windows = [(3, 2, 1, False, True, None), (3, 1, 1, False, True, None),
+               (2, 2, 0, False, True, None), (3, 2, 1, True, False, None),
+               (5, 3, 2, False, True, None), (3, 2, 1, False, True, 7)]
+    for args in windows:
+        xt = torch.from_numpy(x).requires_grad_()
+        y = torch.nn.functional.avg_pool2d(xt, *args)
+        g = data(rng, tuple(y.shape))
+        y.backward(torch.from_numpy(g))
+        with policy.use(gpu=True, per_plane=False, rows=tile[0], cols=tile[1]):
+            got = clpool.avg_pool2d_backward(g, x, *args)
+        with policy.use(per_plane=True):
+            plane = clpool.avg_pool2d_backward(g, x, *args)
+        assert same_bits(got, xt.grad.numpy()), args
+        assert same_bits(got, plane), args
