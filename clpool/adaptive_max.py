@@ -1,9 +1,8 @@
 """Adaptive max pooling in 1-D, 2-D and 3-D, as torch.nn.functional's, and its backward
 ops. One forward and one backward kernel over (D, H, W) volumes serve every rank: 2-D runs
 with D = 1, 1-D with D = H = 1 (and on a CPU, for float32 and float64, a backward kernel
-of a plane per work-item; on a GPU, where cells do not outnumber the input's elements, a
-clear and a scatter of each cell's gradient); on a GPU, equal cells tiling a plane run
-max_pool2d's kernels with that window. Indices are flat in the input plane or volume:
+of a plane per work-item); on a GPU, equal cells tiling a plane run max_pool2d's kernels
+with that window. Indices are flat in the input plane or volume:
 (d * H + h) * W + w, as ATen's."""
 
 from __future__ import annotations
@@ -180,14 +179,6 @@ def adaptive_max_pool3d(
                     device, queue, out)  # fmt: skip
 
 
-def _scatters(p: Planner, volume: tuple[int, int, int], cells: tuple[int, int, int]) -> bool:
-    """Whether the backward clears grad_x and then has each cell's work-item write the
-    element its index names (a GPU, where cells do not outnumber the input's elements),
-    rather than gather: the gather divides to find each element's cells, so that on the
-    H200 [128,64,128,128] to 7x7 took 963 us; the same sums, bit for bit."""
-    return p.gpu and math.prod(cells) <= math.prod(volume)
-
-
 def _plan_backward(
     where: Where,
     arrays: tuple[object, ...],
@@ -223,10 +214,6 @@ def _plan_backward(
     # ms; upsampling [8,64,14,14] to 28x28 1.3 -> 1.8-5.4 ms (so it gathers there).
     if n * c and p.by_plane and od * oh * ow <= d * h * w:
         p.step("adaptive_max_pool_backward_plane", (n * c,), local=(1,), **sizes)
-    elif n * c and _scatters(p, (d, h, w), (od, oh, ow)):
-        p.step("adaptive_max_pool_backward_clear", (d * h * w, 1, n * c), **sizes)
-        if od * oh * ow:
-            _step(p, "adaptive_max_pool_backward_scatter", ow, oh, od, n * c, **sizes)
     elif n * c:
         _step(p, "adaptive_max_pool_backward", w, h, d, n * c, **sizes)
     p.arrays = [_fold(a) for a in p.arrays]

@@ -147,8 +147,6 @@ for _name in ("max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward",
               "avg_pool2d_backward", "adaptive_avg_pool2d_backward"):  # fmt: skip
     _SIGNATURES[f"{_name}_plane"] = _SIGNATURES[_name]
 _SIGNATURES["adaptive_max_pool_backward_plane"] = _SIGNATURES["adaptive_max_pool_backward"]
-_SIGNATURES["adaptive_max_pool_backward_scatter"] = _SIGNATURES["adaptive_max_pool_backward"]
-_SIGNATURES["adaptive_max_pool_backward_clear"] = (("grad_x", GLOBAL), *_ADAPTIVE_MAX_SIZES)
 for _name in ("max_pool3d_backward", "avg_pool3d_backward"):
     _SIGNATURES[f"{_name}_plane"] = _SIGNATURES[_name]
 

@@ -43,14 +43,6 @@ inline int scaled_ceil(int i, int size, int n)
     int r0 = (tile_ - slice * tiles_) * CLPOOL_ROWS;                                  \
     int r1 = min((bound_t)r0 + CLPOOL_ROWS, (bound_t)(rows))
 
-/* The backward kernels' view of plane `plane` (a long): its cells and volume, and its
- * grad_out, indices and grad_x. */
-#define BACKWARD_PLANE(plane)                                                         \
-    long cells = (long)OD * OH * OW, volume = (long)D * H * W;                        \
-    __global const elem_t *gp = grad_out + (plane) * cells;                           \
-    __global const index_t *ip = indices + (plane) * cells;                           \
-    __global elem_t *xp = grad_x + (plane) * volume
-
 /* out = the maximum of each cell, in (d, h, w) row-major order: NaN wins (the last NaN
  * keeps its index, as in PyTorch's CPU kernel), ties keep the first, and a cell of -inf
  * only gives the index of its first element. Work-item (ow, (od, tile of oh), plane); with
@@ -110,7 +102,11 @@ __kernel void adaptive_max_pool_backward(__global const elem_t *restrict grad_ou
 {
     int iw = get_global_id(0);
     SLICE_TILE(id, ih0, ih1, iw, W, D, H);
-    BACKWARD_PLANE(PLANE_ID());
+    long plane = get_global_id(2);
+    long cells = (long)OD * OH * OW;
+    __global const elem_t *gp = grad_out + plane * cells;
+    __global const index_t *ip = indices + plane * cells;
+    __global elem_t *xp = grad_x + plane * D * H * W;
     int od0 = scaled_floor(id, OD, D), od1 = scaled_ceil(id + 1, OD, D);
     int ow0 = scaled_floor(iw, OW, W), ow1 = scaled_ceil(iw + 1, OW, W);
     int oh0 = scaled_floor(ih0, OH, H);
@@ -140,7 +136,11 @@ __kernel void adaptive_max_pool_backward_plane(__global const elem_t *restrict g
                                                __global elem_t *restrict grad_x,
                                                ADAPTIVE_MAX_SIZES)
 {
-    BACKWARD_PLANE((long)get_global_id(0));
+    long plane = get_global_id(0);
+    long cells = (long)OD * OH * OW, volume = (long)D * H * W;
+    __global const elem_t *gp = grad_out + plane * cells;
+    __global const index_t *ip = indices + plane * cells;
+    __global elem_t *xp = grad_x + plane * volume;
     clear_rows(xp, W, 0, D * H);
     pos_t k = 0;
     for (int od = 0; od < OD; ++od) {
@@ -158,61 +158,5 @@ __kernel void adaptive_max_pool_backward_plane(__global const elem_t *restrict g
                     STORE(xp, at, LOAD(xp, at) + LOAD(gp, k));
             }
         }
-    }
-}
-
-/* The backward on a GPU where cells do not outnumber the input's elements, in two steps
- * (the gather above divides for every element; cells are far fewer): this kernel clears
- * grad_x, then the next writes the elements that indices name. Work-item (element of the
- * volume, 1, plane). */
-__kernel void adaptive_max_pool_backward_clear(__global elem_t *restrict grad_x,
-                                               ADAPTIVE_MAX_SIZES)
-{
-    long i = get_global_id(0), volume = (long)D * H * W;
-    (void)OD, (void)OH, (void)OW;
-    if (i < volume)
-        STORE(grad_x, PLANE_ID() * volume + i, (acc_t)0);
-}
-
-/* After the clear: the item of cell k (work-item (ow, (od, tile of oh), plane), as the
- * forward's) whose index e names an element of its cell writes grad_x[e] = the gather's
- * sum for e: grad_out over the cells containing e whose index is e, in ascending output
- * order from 0; unless one of those cells comes before k, whose item writes it. Those are
- * the gather's bits: where it adds 0 for a cell naming another element, its sum (from +0,
- * so never -0) stays as it is. An index outside its cell is ignored, as there. */
-__kernel void adaptive_max_pool_backward_scatter(__global const elem_t *restrict grad_out,
-                                                 __global const index_t *restrict indices,
-                                                 __global elem_t *restrict grad_x,
-                                                 ADAPTIVE_MAX_SIZES)
-{
-    int ow = get_global_id(0);
-    SLICE_TILE(od, r0, r1, ow, OW, OD, OH);
-    BACKWARD_PLANE(PLANE_ID());
-    for (int oh = r0; oh < r1; ++oh) {
-        pos_t k = ((pos_t)od * OH + oh) * OW + ow;
-        long e = ip[k];
-        if (e < 0 || e >= volume)
-            continue;
-        pos_t at = e, row = at / W;
-        int w = at - row * W, h = row % H, d = row / H;
-        /* the cells containing e: k among them where e lies in cell k */
-        int od0 = scaled_floor(d, OD, D), od1 = scaled_ceil(d + 1, OD, D);
-        int oh0 = scaled_floor(h, OH, H), oh1 = scaled_ceil(h + 1, OH, H);
-        int ow0 = scaled_floor(w, OW, W), ow1 = scaled_ceil(w + 1, OW, W);
-        if (od < od0 || od >= od1 || oh < oh0 || oh >= oh1 || ow < ow0 || ow >= ow1)
-            continue;
-        acc_t g = 0;
-        int first = 1; /* no earlier cell names e */
-        for (int cd = od0; cd < od1; ++cd)
-            for (int ch = oh0; ch < oh1; ++ch) {
-                pos_t cells_row = ((pos_t)cd * OH + ch) * OW;
-                for (int cw = ow0; cw < ow1; ++cw)
-                    if ((long)ip[cells_row + cw] == e) {
-                        first &= cells_row + cw >= k;
-                        g += LOAD(gp, cells_row + cw);
-                    }
-            }
-        if (first)
-            STORE(xp, at, g);
     }
 }

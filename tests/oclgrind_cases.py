@@ -27,12 +27,11 @@ CPU kernels: the max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAP
 nhwc/ cases; the 3-D ones on channels-last-3d numpy arrays and strided 5-D device arrays:
 the ndhwc/ cases), clpool_contiguous (launched directly, and by the adaptive max ops
 on strided 5-D arrays), adaptive_max_pool_forward (with and without indices, int32 and
-int64) and adaptive_max_pool_backward, its `_plane` twin and its GPU's `_clear` and
-`_scatter` (including indices outside the volume, and cells sharing elements),
-max_unpool_clear/claim/scatter/gather (unpool_cases) and the 3-D kernels of pool3d.cl
-(WINDOWS_3D; its backward ones also through their `_plane` twins),
-max_unpool_window/tile/plane (unpool_window_cases), in float32 and float64; and a few of
-them in bfloat16 (bfloat16_cases).
+int64) and adaptive_max_pool_backward and its `_plane` twin (including indices outside the
+volume), max_unpool_clear/claim/scatter/gather (unpool_cases) and the 3-D kernels of
+pool3d.cl (WINDOWS_3D; its backward ones also through their `_plane` twins),
+max_unpool_window/tile/plane (unpool_window_cases), in
+float32 and float64; and a few of them in bfloat16 (bfloat16_cases).
 """
 
 from __future__ import annotations
@@ -222,7 +221,6 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
             yield f"adaptive_max_pool{rank}d_backward/{name}/{index}", back, back_ref
             # the CPU's plane per work-item (where cells do not outnumber the elements)
             yield f"plane/adaptive_max_pool{rank}d_backward/{name}/{index}", _as_cpu(back), back_ref
-    yield from scatter_cases(dtype)
     # a strided 5-D device array: copied through a 4-D view by clpool_contiguous
     queue = discovery.runtime(discovery.select()).queue
     base = _data((2, 3, 4, 3, 5), dtype, 990)
@@ -231,32 +229,6 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("contiguous/adaptive_max_pool3d/transpose",
            lambda: [a.get() for a in clpool.adaptive_max_pool3d(view, (2, 2, 3), True)],
            lambda: ref.adaptive_max_pool3d(host, (2, 2, 3)))
-
-
-def scatter_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
-    """The backward's clear and scatter (Oclgrind's device is a GPU, where cells do not
-    outnumber the elements) where neighbouring cells name one element: of 5 elements in 3
-    cells, [0, 2), [1, 4), [3, 5), cells 0 and 1 name element 1, or 1 and 2 element 3 (one
-    work-item writes it: a second would race), or a cell names one outside it; three cells
-    of rows upsampled 3 to 5 name one element."""
-    g = _data((4, 3), dtype, 960)
-    idx = np.array([[1, 1, 3], [1, 3, 3], [3, 1, 3], [4, 1, 0]])
-    x = np.zeros((4, 5), dtype)
-    (a, b, c), want = g.astype(np.float64).T, np.zeros((4, 5))
-    want[:, 1] = a[0] + b[0], a[1], b[2], b[3]
-    want[:, 3] = c[0], b[1] + c[1], c[2], 0
-    g2 = _data((1, 2, 5, 2), dtype, 961)
-    idx2 = np.array([[0, 4], [8, 15], [8, 15], [8, 15], [16, 20]])[None, None].repeat(2, 1)
-    # rows of cells [0, 1), [0, 2), [1, 2), [1, 3), [2, 3): cells (1..3, 0) name element
-    # (1, 0), cells (1..3, 1) element (1, 7)
-    x2 = np.zeros((1, 2, 3, 8), dtype)
-    for index in ("int64", "int32"):
-        i, i2 = idx.astype(index), idx2.astype(index)
-        yield (f"scatter/adaptive_max_pool1d_backward/shared/{index}",
-               lambda i=i: clpool.adaptive_max_pool1d_backward(g, x, i), lambda: want)
-        yield (f"scatter/adaptive_max_pool2d_backward/three/{index}",
-               lambda i=i2: clpool.adaptive_max_pool2d_backward(g2, x2, i),
-               lambda i=i2: ref.adaptive_max_pool_backward(g2, x2, i, 2))
 
 
 def strided_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
@@ -449,17 +421,12 @@ def bfloat16_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """bfloat16's tiny run: the first max and average windows (NaN, -inf and ties in the
     max input), adaptive shrinking, a strided copy and the CPU kernels' 16-lane rows; the
     first 3-D window (every pool3d.cl kernel), the first adaptive max case (forward with and
-    without indices, backward: a clear and scatter), a gather and a scatter of elements that
-    cells share, and the first unpooling case (clear, claim, scatter, gather); nothing for
-    the other dtypes (FAMILIES covers them)."""
+    without indices, backward) and the first unpooling case (clear, claim, scatter,
+    gather); nothing for the other dtypes (FAMILIES covers them)."""
     if dtype.name != "bfloat16":
         return
     yield from islice(pool3d_cases(dtype), 9)  # the first window, every 3-D kernel
     yield from islice(adaptive_max_cases(dtype), 3)  # values; int64 indices; backward
-    # the gather (more cells than elements), then the scatter of cells sharing elements
-    yield from (c for c in adaptive_max_cases(dtype)
-                if c[0] in ("adaptive_max_pool1d_backward/1d-grow-unbatched/int64",
-                            "scatter/adaptive_max_pool1d_backward/shared/int32"))
     yield from islice(unpool_cases(dtype), 2)  # forward and backward, int64 indices
     yield from islice(max_cases(dtype), 3)  # values; with int64 indices; their backward
     yield from islice(avg_cases(dtype), 2)  # forward and backward

@@ -12,7 +12,7 @@ import pytest
 from pool_cases import check_argument_error, check_error, data, same_bits
 
 import clpool
-from clpool import adaptive_max, policy
+from clpool import policy
 from clpool import reference as ref
 from clpool.errors import PoolArgumentError
 
@@ -167,13 +167,11 @@ def test_unbatched_empty_and_zero_sized_outputs(device):
         assert same_bits(grad, np.zeros_like(x))
 
 
-@pytest.mark.parametrize("kernel", ["gather", "plane", "scatter"])
+@pytest.mark.parametrize("per_plane", [False, True])
 @pytest.mark.parametrize("index", [np.int64, np.int32])
-def test_an_index_outside_its_cell_is_ignored(device, launched, kernel, index):
+def test_an_index_outside_its_cell_is_ignored(device, launched, per_plane, index):
     """Each kernel adds a gradient only where its index names an element of its own cell:
-    an index outside the plane, or outside its cell, adds nothing anywhere (the scatter:
-    planned as for a GPU)."""
-    per_plane = kernel == "plane"
+    an index outside the plane, or outside its cell, adds nothing anywhere."""
     x = np.arange(12, dtype=np.float32).reshape(1, 1, 3, 4)
     _, idx = clpool.adaptive_max_pool2d(x, 2, return_indices=True, index_dtype=index)
     g = np.ones((1, 1, 2, 2), np.float32)
@@ -181,15 +179,14 @@ def test_an_index_outside_its_cell_is_ignored(device, launched, kernel, index):
     big = np.iinfo(index).max
     bad[0, :, 0, 0], bad[0, :, 0, 1], bad[0, :, 1, 0] = -1, 12, 11  # 11: cell (1, 1)'s
     bad[0, 1, 0, 0], bad[0, 1, 0, 1] = big, -big
-    with policy.use(per_plane=per_plane, gpu=kernel == "scatter" or None):
+    with policy.use(per_plane=per_plane):
         got = clpool.adaptive_max_pool2d_backward(
             np.repeat(g, 4, axis=1), np.repeat(x, 4, axis=1), bad
         )
     want = np.zeros((1, 4, 3, 4), np.float32)
     want[0, :, 2, 3] = 1  # the one index left as the forward gave it
     assert same_bits(got, want)
-    suffix = {"gather": "_backward", "plane": "_plane", "scatter": "_scatter"}[kernel]
-    assert launched[-1][0].endswith(suffix)
+    assert launched[-1][0].endswith("_plane") == per_plane
 
 
 @pytest.mark.parametrize("per_plane", [False, True])
@@ -388,7 +385,7 @@ def test_gpu_geometry_gives_atens_results(device, launched, rows):
         assert same_bits(clpool.adaptive_max_pool2d_backward(g, x, below), x)
     names = {name for name, _ in launched}
     assert {"adaptive_max_pool_forward", "adaptive_max_pool_backward", "max_pool2d_forward",
-            "max_pool2d_backward", "adaptive_max_pool_backward_scatter"} <= names  # fmt: skip
+            "max_pool2d_backward"} <= names  # fmt: skip
 
 
 @pytest.mark.parametrize("gpu", [False, True])
@@ -405,170 +402,3 @@ def test_cell_bounds_past_32_bits(device, gpu):
         assert same_bits(
             clpool.adaptive_max_pool1d(v, 70000), F.adaptive_max_pool1d(want, 70000).numpy()
         )
-
-
-# ---------------------------------------------------------------- the GPU's clear and scatter
-
-SCATTER_CASES = [  # rank, input shape, output size: cells no more than the input's elements
-    (1, (2, 3, 5), 3),  # cells [0, 2), [1, 4), [3, 5): elements 1 and 3 in two
-    (1, (4, 13), 4),
-    (2, (2, 3, 13, 11), (4, 3)),  # unequal cells, as 128 to 7
-    (2, (3, 6, 9), (5, 7)),  # 6 to 5: cells overlapping by one row
-    (2, (2, 2, 3, 8), (5, 2)),  # upsampling H (an element in two or three cells), not W
-    (2, (1, 2, 20, 20), 7),
-    (3, (2, 2, 3, 5, 4), (2, 3, 3)),
-    (3, (1, 3, 4, 7, 6), (3, 5, 4)),
-    (3, (2, 2, 5, 3), (2, 2, 2)),  # unbatched
-    (3, (1, 2, 2, 3, 9), (4, 2, 2)),  # upsampling D
-]
-
-
-def _cell_indices(rng: np.random.Generator, spatial: tuple[int, ...], out: tuple[int, ...],
-                  lead: tuple[int, ...], stray: float) -> np.ndarray:  # fmt: skip
-    """Indices of shape lead + out, each a random element of its own cell (neighbouring
-    cells that share elements often name the same one), a `stray` fraction of them any
-    number near the volume instead: outside their cells (or the volume), often the element
-    of another cell."""
-    volume = int(np.prod(spatial))
-    idx = np.zeros(lead + out, np.int64)
-    for cell in np.ndindex(*out):
-        flat = 0
-        for i, s, n in zip(cell, spatial, out, strict=True):
-            lo, hi = i * s // n, -(-(i + 1) * s // n)
-            flat = flat * s + rng.integers(lo, hi, lead)
-        idx[(..., *cell)] = flat
-    wild = rng.random(idx.shape) < stray
-    idx[wild] = rng.integers(-2, volume + 2, int(wild.sum()))
-    return idx
-
-
-def _grads(rng: np.random.Generator, shape: tuple[int, ...], dtype) -> np.ndarray:
-    """Gradients of many magnitudes (sums that depend on their order), with -0, +0, NaN,
-    inf and -inf among them."""
-    g = rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4, shape)
-    for value, share in ((-0.0, 0.1), (0.0, 0.05), (np.nan, 0.03), (np.inf, 0.02),
-                         (-np.inf, 0.02)):  # fmt: skip
-        g[rng.random(shape) < share] = value
-    return g.astype(dtype)
-
-
-def _scatter_and_gather(monkeypatch, rank, g, x, idx, **planning) -> tuple[object, object]:
-    """The backward planned for a GPU: its clear and scatter, then the gather it replaces
-    (forced). policy.use drops the plans made before and inside it."""
-    with policy.use(gpu=True, **planning):
-        scattered = BACKWARD[rank](g, x, idx)
-    with monkeypatch.context() as m, policy.use(gpu=True, **planning):
-        m.setattr(adaptive_max, "_scatters", lambda *args: False)
-        gathered = BACKWARD[rank](g, x, idx)
-    return scattered, gathered
-
-
-try:
-    from ml_dtypes import bfloat16
-except ImportError:  # bfloat16 needs ml_dtypes (tests/test_bfloat16.py)
-    bfloat16 = None
-DTYPES = [np.float32, np.float64, np.float16] + ([np.dtype(bfloat16)] if bfloat16 else [])
-
-
-@pytest.mark.parametrize("rows", [1, 3])
-@pytest.mark.parametrize("index", [np.int64, np.int32])
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_gpu_scatter_gives_the_gathers_bits(device, monkeypatch, launched, dtype, index, rows):
-    """Clear, then one work-item per cell: the gather's bits, for the forward's indices
-    (ties, NaN, -inf) and for random ones of each cell (neighbours naming one element of
-    both: sums of two or more, each written by the first cell naming it), some outside
-    their cells; gradients with -0, NaN and infinities. ATen's too (float32 and float64),
-    where every index lies in its cell (ATen adds at any index)."""
-    if dtype == np.float64 and not clpool.discovery.has_fp64(device):
-        pytest.skip("no float64 on this device")
-    rng = np.random.default_rng(500 + rows)
-    for rank, shape, size in SCATTER_CASES:
-        x = data(rng, shape, dtype, special=True)
-        with policy.use(fp16_storage=True):
-            _, fwd_i = FORWARD[rank](x, size, return_indices=True, index_dtype=index)
-        lead, out = fwd_i.shape[:-rank], fwd_i.shape[-rank:]
-        for stray, idx in [(0.0, fwd_i), (0.0, _cell_indices(rng, shape[-rank:], out, lead, 0)),
-                           (0.3, _cell_indices(rng, shape[-rank:], out, lead, 0.3))]:  # fmt: skip
-            idx = idx.astype(index)
-            g = _grads(rng, idx.shape, dtype)
-            case = (rank, shape, size, stray)
-            launched.clear()
-            scattered, gathered = _scatter_and_gather(monkeypatch, rank, g, x, idx, rows=rows,
-                                                       fp16_storage=True)
-            assert [n for n, _ in launched] == [
-                "adaptive_max_pool_backward_clear", "adaptive_max_pool_backward_scatter",
-                "adaptive_max_pool_backward"]  # fmt: skip
-            assert same_bits(scattered, gathered), case
-            if not stray and np.dtype(dtype).itemsize > 2:  # ATen sums 16 bits in 16 bits
-                want = _torch_backward(rank, g, x, idx.astype(np.int64))
-                assert same_bits(scattered, want), case
-
-
-def test_gpu_scatter_of_cells_that_share_elements(device, launched):
-    """5 elements in 3 cells, [0, 2), [1, 4), [3, 5): the sums of cells naming one element
-    from +0 in output order, whichever cell names it first; an index outside its cell
-    (or the volume) adds nothing, nor keeps a cell that names the element legitimately
-    after it from writing it."""
-    x = np.zeros((1, 1, 5), np.float32)
-    a, b, c = np.float32(1e8), np.float32(1.0), np.float32(-1e8)
-    g = np.array([[[a, b, c]]], np.float32)
-    cases = {  # indices: grad_x
-        (1, 1, 3): [0, a + b, 0, c, 0],
-        (1, 3, 3): [0, a, 0, b + c, 0],  # 1 + -1e8 rounds: b + c != c
-        (4, 1, 0): [0, b, 0, 0, 0],  # cell 0 names 4, cell 2 names 0: outside
-        (3, 1, 3): [0, b, 0, c, 0],  # cell 0 names 3 (outside) before cell 2 does
-        (-1, 5, 4): [0, 0, 0, 0, c],
-        (1, 2, 4): [0, a, b, 0, c],
-    }
-    with policy.use(gpu=True):
-        for idx, want in cases.items():
-            got = clpool.adaptive_max_pool1d_backward(g, x, np.array([[idx]], np.int64))
-            assert same_bits(got, np.array([[want]], np.float32)), idx
-        # three cells of one element in ascending output order: (a + b) + c != a + (b + c)
-        x2 = np.zeros((1, 1, 3, 8), np.float32)  # rows in cells [0, 1), [0, 2), [1, 2), ..
-        g2 = np.zeros((1, 1, 5, 2), np.float32)
-        g2[0, 0, 1:4, 0] = a, c, b  # cells (1..3, 0) hold element (1, 0)
-        idx2 = np.zeros((1, 1, 5, 2), np.int64)
-        idx2[0, 0, 1:4, 0] = 8
-        got = clpool.adaptive_max_pool2d_backward(g2, x2, idx2)
-        assert got[0, 0, 1, 0] == (a + c) + b == b, got[0, 0, 1, 0]
-        assert same_bits(got, _torch_backward(2, g2, x2, idx2))
-        # a -0 gradient alone gives +0, as the gather's 0 + -0
-        minus = np.full((1, 1, 3), -0.0, np.float32)
-        got = clpool.adaptive_max_pool1d_backward(minus, x, np.array([[[0, 2, 4]]], np.int64))
-        assert same_bits(got, np.zeros_like(x))
-    assert {"adaptive_max_pool_backward_scatter"} == {
-        n for n, _ in launched if n.startswith("adaptive_max_pool_backward")} - {
-        "adaptive_max_pool_backward_clear"}  # fmt: skip
-
-
-def test_gpu_scatter_empty_shapes_and_where_it_gathers(device, launched):
-    """No cells: the clear alone (zeros); no planes: nothing; more cells than elements:
-    the gather; equal cells: max_pool2d's; a CPU keeps its own kernels."""
-    x = data(np.random.default_rng(8), (3, 5, 6))
-    with policy.use(gpu=True):
-        v, i = clpool.adaptive_max_pool2d(x, (0, 2), return_indices=True)
-        launched.clear()
-        assert same_bits(clpool.adaptive_max_pool2d_backward(v, x, i), np.zeros_like(x))
-        assert [n for n, _ in launched] == ["adaptive_max_pool_backward_clear"]
-        empty = np.zeros((0, 2, 4, 5, 6), np.float32)
-        v, i = clpool.adaptive_max_pool3d(empty, 2, return_indices=True)
-        launched.clear()
-        assert clpool.adaptive_max_pool3d_backward(v, empty, i).shape == empty.shape
-        assert launched == []
-        scatter, gather = "adaptive_max_pool_backward_scatter", "adaptive_max_pool_backward"
-        # 30 elements: 36 cells gather, 30 (as many) and 18 scatter
-        for size, kernel in [((6, 6), gather), ((6, 5), scatter), ((6, 3), scatter),
-                             ((5, 3), "max_pool2d_backward")]:  # fmt: skip
-            v, i = clpool.adaptive_max_pool2d(x, size, return_indices=True)
-            launched.clear()
-            got = clpool.adaptive_max_pool2d_backward(v, x, i)
-            assert launched[-1][0] == kernel, size
-            assert same_bits(got, _torch_backward(2, v, x, i)), size
-    for per_plane, kernel in [(True, "adaptive_max_pool_backward_plane"),
-                              (False, "adaptive_max_pool_backward")]:  # fmt: skip
-        with policy.use(gpu=False, per_plane=per_plane):
-            v, i = clpool.adaptive_max_pool2d(x, (4, 3), return_indices=True)
-            launched.clear()
-            clpool.adaptive_max_pool2d_backward(v, x, i)
-            assert [n for n, _ in launched] == [kernel]
