@@ -173,13 +173,32 @@ def test_each_kernel_signature_matches_its_source():
     kinds = {"int": kernels.INT, "long": kernels.LONG}
     folder = programs.kernel_dir()
     text = "\n".join(p.read_text() for p in sorted(folder.glob("*.[ch]*")))
-    macros = dict(re.findall(r"#define (\w+_SIZES)\s*\\\n((?:.*\\\n)*.*)\n", text))
+    # the _SIZES macros (on one line or continued), and those of one parameter v that
+    # spell out a view's arguments (v##_sn, ...)
+    macros = dict(re.findall(r"#define (\w+_SIZES)[ \t]*\\?\n?((?:.*\\\n)*.*)\n", text))
+    views = dict((n, (v, body)) for n, v, body in
+                 re.findall(r"#define (\w+)\((\w+)\) (.*long .*)\n", text))
+
+    def view(name: str, arg: str) -> str:
+        if name not in views:
+            return f"{name}({arg})"
+        v, body = views[name]
+        return re.sub(rf"\b{v}\b", arg, re.sub(rf"\b{v}##", arg, body))
+
+    def expand(params: str) -> str:
+        while True:
+            done = re.sub(r"\b(\w+_SIZES)\b", lambda m: macros[m.group(1)].replace("\\", ""),
+                          params)
+            done = re.sub(r"\b(\w+)\((\w+)\)", lambda m: view(*m.groups()), done)
+            if done == params:
+                return params
+            params = done
+
     found = {}
     for name, params in re.findall(r"__kernel void (\w+)\(([^)]*)\)", text):
         if name == "name":
             continue  # the macro that defines the contiguous copies: below
-        params = re.sub(r"\b(\w+_SIZES)\b", lambda m: macros[m.group(1)].replace("\\", ""),
-                        params)
+        params = expand(params)
         args = []
         for param in params.split(","):
             words = param.replace("*", " ").split()
