@@ -360,7 +360,7 @@ def _plan_avg_backward(
     p.output("grad_x", x.shape, like=1)
     sizes = _avg_sizes(win, h, w, include_pad, div)
     if n * c and p.strided:
-        tile = p.policy.nhwc_tile(p.rt.device, "avg", (win.sh, win.sw) == (1, 1), backward=True)
+        tile = _nhwc_tile(p, win, backward=True)
         p.step_strided("avg_pool2d_backward_strided", {"grad_out": 0}, lanes=4, tile=tile, **sizes)
     elif n * c:
         p.step_by_plane("avg_pool2d_backward", (w, h, n * c), **sizes)

@@ -166,7 +166,8 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
 /* The backward for a CPU: one work-item per plane clears it, then adds each window's
  * share to its elements, in output order (PyTorch's CPU algorithm and summation order).
  * Clearing each row just before the first window that reaches it, as the max backward
- * does, was 11% slower on this project's CPU (k3 s2 of [8,64,112,112]: 3.87 against 3.49 ms). */
+ * does, was 11% slower on this project's CPU (k3 s2 of [8,64,112,112]: 3.87 against 3.49
+ * ms). */
 __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out,
                                         __global elem_t *restrict grad_x,
                                         AVG_POOL_SIZES)
