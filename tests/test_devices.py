@@ -39,9 +39,7 @@ def _index(device: cl.Device) -> int:
     return discovery.cl_devices().index(device)
 
 
-def test_a_canary_that_crashes_fails_the_device_and_never_the_process(
-    device, cache, monkeypatch
-):
+def test_a_canary_that_crashes_fails_the_device_and_never_the_process(device, cache, monkeypatch):
     monkeypatch.setattr(verify, "CANARY", CRASH)
     verdict = verify.verify(device, _index(device))
     assert verdict.status == verify.FAILED
@@ -96,6 +94,31 @@ def test_a_canary_that_fails_or_hangs_fails_the_device(device, cache, monkeypatc
     assert verdict.status == verify.FAILED and "ran past 3 s at s" in verdict.reason
 
 
+# A canary that passes its first run of each dtype and fails every later one.
+FAILS_AGAIN = (
+    "-c",
+    "import os, sys; mark = os.path.join(os.environ['CLPOOL_TEST_MARKS'], sys.argv[3]); "
+    "print('stage: again', flush=True); again = os.path.exists(mark); open(mark, 'a').close(); "
+    "sys.exit(1 if again else 0)",
+)
+
+
+def test_pocl_is_verified_again_with_its_kernel_cache_filled(device, cache, monkeypatch):
+    """On PoCL the canary runs twice, the second time with every program in PoCL's kernel
+    cache (where PyPI's PoCL on an AMD Zen 4 loses its bfloat16 kernels); elsewhere once."""
+    marks = cache.parent / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("CLPOOL_TEST_MARKS", str(marks))
+    monkeypatch.setattr(verify, "CANARY", FAILS_AGAIN)
+    verdict = verify.verify(device, _index(device))
+    assert sorted(p.name for p in marks.iterdir()) == sorted(verify.dtypes_to_verify(device))
+    if "Portable Computing Language" in device.platform.name:
+        assert verdict.status == verify.FAILED
+        assert verdict.reason == "on its run from PoCL's kernel cache, the canary failed at again"
+    else:
+        assert verdict.status == verify.VERIFIED
+
+
 def test_cli_shows_refused_devices_and_check_exits_1(device, cache, monkeypatch):
     monkeypatch.setattr(verify, "CANARY", CRASH)
     result = CliRunner().invoke(cli.main, ["devices"])
@@ -137,8 +160,11 @@ def test_the_canary_launches_every_kernel_the_device_runs(device, launched, monk
     finally:
         verify.forget()
     ran = {name for name, _ in launched} | {"clpool_contiguous", "clpool_contiguous_index"}
-    gpu_only = {"adaptive_avg_pool2d_band", "adaptive_avg_pool2d_global",
-                "adaptive_avg_pool2d_global_strided"}
+    gpu_only = {
+        "adaptive_avg_pool2d_band",
+        "adaptive_avg_pool2d_global",
+        "adaptive_avg_pool2d_global_strided",
+    }
     if policy.current().on_gpu(device):
         expected = {k for k in _defined_kernels() if not k.endswith("_plane")}
     else:
@@ -244,8 +270,9 @@ def test_a_quirk_reaches_every_build_and_the_verdict_key(device, build_options, 
         out, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1)
         want, want_i = ref.max_pool2d_with_indices(x, 3, 2, 1)
         assert np.array_equal(out, want.astype(np.float32)) and np.array_equal(idx, want_i)
-        np.testing.assert_allclose(clpool.avg_pool2d(x, 3, 3, 1), ref.avg_pool2d(x, 3, 3, 1),
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            clpool.avg_pool2d(x, 3, 3, 1), ref.avg_pool2d(x, 3, 3, 1), rtol=1e-5, atol=1e-6
+        )
         assert build_options and all("-DCLPOOL_NO_LANES16" in o for o in build_options)
         assert verify.key(device) != before  # verified with the forms it runs
     finally:
@@ -295,8 +322,11 @@ def _child_numpy(queue) -> None:
     queue.put(float(np.arange(10.0).sum()))
 
 
-@pytest.mark.parametrize("target, want", [(_child_pools, "PoolError: max_pool2d kernel failed"),
-                                           (_child_numpy, 45.0)], ids=["clpool", "numpy"])
+@pytest.mark.parametrize(
+    "target, want",
+    [(_child_pools, "PoolError: max_pool2d kernel failed"), (_child_numpy, 45.0)],
+    ids=["clpool", "numpy"],
+)
 def test_a_forked_child_gets_an_error_in_words_never_a_hang(device, target, want):
     import multiprocessing
 
