@@ -515,6 +515,7 @@ def _plan_adaptive_backward(
             "adaptive_avg_pool2d_backward_strided",
             {"grad_out": 0},
             lanes=4,
+            tile=p.policy.tile(p.rt.device, "adaptive_avg_pool2d_backward_strided"),
             H=h,
             W=w,
             OH=oh,

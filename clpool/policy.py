@@ -39,6 +39,8 @@ TILES = {
         "adaptive_avg_pool2d_forward": (2, 1),
         "adaptive_avg_pool2d_backward equal": (16, 2),
         "adaptive_avg_pool2d_backward": (16, 2),
+        # rows of 4 channels of a pixel per work-item (channels-last); not yet timed
+        "adaptive_avg_pool2d_backward_strided": (8, 1),
         # The 3-D kernels (kernels_cl/pool3d.cl; their depths: pool3d.DEPTHS).
         "max_pool3d_forward": (2, 2),
         "max_pool3d_values": (2, 2),

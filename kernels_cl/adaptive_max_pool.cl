@@ -30,6 +30,17 @@ inline int scaled_ceil(int i, int size, int n)
     return (int)q + (num != q * (bound_t)n);
 }
 
+/* The cells [*o0, *o1) of n over an axis of `size` that contain position i; returns the
+ * first position past i where they change (the backward works out its rows' cells only
+ * there: once per row, its divisions made it compute bound on the H200). */
+inline int cells_at(int i, int size, int n, int *o0, int *o1)
+{
+    *o0 = scaled_floor(i, n, size);
+    *o1 = scaled_ceil(i + 1, n, size);
+    int leave = scaled_ceil(*o0 + 1, size, n);
+    return *o1 < n ? min(leave, scaled_floor(*o1, size, n)) : leave;
+}
+
 /* Work-item layout of both gathers: dimension 0 walks the columns, 1 the (slice, tile)
  * pairs of `slices` slices of `rows` rows, a tile being CLPOOL_ROWS consecutive rows of a
  * slice, 2 the planes. Declares `slice` and this item's rows [r0, r1), and returns from
@@ -108,11 +119,10 @@ __kernel void adaptive_max_pool_backward(__global const elem_t *restrict grad_ou
     __global const index_t *ip = indices + plane * cells;
     __global elem_t *xp = grad_x + plane * D * H * W;
     int od0 = scaled_floor(id, OD, D), od1 = scaled_ceil(id + 1, OD, D);
-    int ow0 = scaled_floor(iw, OW, W), ow1 = scaled_ceil(iw + 1, OW, W);
-    int oh0 = scaled_floor(ih0, OH, H);
-    for (int ih = ih0; ih < ih1; ++ih) {
-        bound_t num = (bound_t)(ih + 1) * (bound_t)OH;
-        int next = num / (bound_t)H, oh1 = next + (num != (bound_t)next * (bound_t)H);
+    int ow0 = scaled_floor(iw, OW, W), ow1 = scaled_ceil(iw + 1, OW, W), oh0, oh1;
+    for (int ih = ih0, next = -1; ih < ih1; ++ih) {
+        if (ih >= next)
+            next = cells_at(ih, H, OH, &oh0, &oh1);
         pos_t at = ((pos_t)id * H + ih) * W + iw;
         acc_t g = 0;
         for (int od = od0; od < od1; ++od)
@@ -124,7 +134,6 @@ __kernel void adaptive_max_pool_backward(__global const elem_t *restrict grad_ou
                 }
             }
         STORE(xp, at, g);
-        oh0 = next;
     }
 }
 

@@ -20,6 +20,26 @@ inline int scaled_floor(int i, int size, int n, int up)
 inline int cell_start(int i, int size, int n) { return scaled_floor(i, size, n, 0); }
 inline int cell_end(int i, int size, int n) { return scaled_floor(i + 1, size, n, 1); }
 
+/* The cells [*o0, *o1) of n over an axis of `size` that contain position i; returns the
+ * first position past i where they change (a backward's gathers work out their cells only
+ * there: on the H200, once per element made them compute bound). */
+inline int cells_at(int i, int size, int n, int *o0, int *o1)
+{
+    *o0 = cell_start(i, n, size);
+    *o1 = cell_end(i, n, size);
+    int leave = cell_end(*o0, size, n);
+    return *o1 < n ? min(leave, cell_start(*o1, size, n)) : leave;
+}
+
+/* g = the sum, in output order, of each cell's share LOADED(oh, ow) / rows / columns over
+ * the cells [oh0, oh1) x [ow0, ow1) (PyTorch CPU's shares and order). */
+#define SUM_SHARES(g, LOADED)                                                         \
+    for (int oh = oh0; oh < oh1; ++oh) {                                              \
+        acc_t rows = cell_end(oh, H, OH) - cell_start(oh, H, OH);                     \
+        for (int ow = ow0; ow < ow1; ++ow)                                            \
+            g += LOADED(oh, ow) / rows / (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW)); \
+    }
+
 /* total += v with Kahan's compensation c, so that long sums of blocks stay exact. */
 inline void add_compensated(acc_t *total, acc_t *c, acc_t v)
 {
@@ -176,7 +196,9 @@ __kernel void adaptive_avg_pool2d_band(__global const elem_t *restrict x,
     }
 }
 
-/* grad_x[i] = sum over the cells containing i of grad_out / the cell's area. */
+/* grad_x[i] = the sum over the cells containing i of grad_out / the cell's rows / its
+ * columns, in output order (the per-plane kernel's sums). A work-item takes CLPOOL_ROWS
+ * rows of a column, whose cells change at a few rows only. */
 __kernel void adaptive_avg_pool2d_backward(__global const elem_t *restrict grad_out,
                                            __global elem_t *restrict grad_x,
                                            int H, int W, int OH, int OW)
@@ -186,21 +208,18 @@ __kernel void adaptive_avg_pool2d_backward(__global const elem_t *restrict grad_
         return;
     long plane = PLANE_ID();
     __global const elem_t *gp = grad_out + plane * OH * OW;
-    int ow0 = cell_start(iw, OW, W), ow1 = cell_end(iw, OW, W);
+    int ow0 = cell_start(iw, OW, W), ow1 = cell_end(iw, OW, W), oh0, oh1, next = -1;
+    acc_t g = 0;
+#define GRAD(oh, ow) LOAD(gp, (pos_t)(oh) * OW + (ow))
     FOR_EACH_ROW(ih, H) {
-        int oh0 = cell_start(ih, OH, H), oh1 = cell_end(ih, OH, H);
-        acc_t g = 0;
-        for (int oh = oh0; oh < oh1; ++oh) {
-            int rows = cell_end(oh, H, OH) - cell_start(oh, H, OH);
-            acc_t row_g = 0;
-            for (int ow = ow0; ow < ow1; ++ow) {
-                int cols = cell_end(ow, W, OW) - cell_start(ow, W, OW);
-                row_g += LOAD(gp, (pos_t)oh * OW + ow) / (acc_t)cols;
-            }
-            g += row_g / (acc_t)rows;
+        if (ih >= next) {
+            next = cells_at(ih, H, OH, &oh0, &oh1);
+            g = 0;
+            SUM_SHARES(g, GRAD)
         }
         STORE(grad_x, plane * H * W + (pos_t)ih * W + iw, g);
     }
+#undef GRAD
 }
 
 /* The backward for a CPU: one work-item per plane clears it, then adds each cell's
@@ -337,30 +356,34 @@ __kernel void adaptive_avg_pool2d_forward_strided(__global const elem_t *restric
 }
 
 /* adaptive_avg_pool2d_backward for a grad_out of any strides, grad_x written through its
- * own: one input element per work-item (4 channels with channels_inner == 4) adds the
- * share of each cell containing it, in output order (the per-plane kernel's sums). */
+ * own: one input element per work-item (4 channels with channels_inner == 4, and then
+ * CLPOOL_CL_ROWS rows of them) adds the share of each cell containing it, in output order
+ * (the per-plane kernel's sums), worked out where its cells change. */
 __kernel void adaptive_avg_pool2d_backward_strided(__global const elem_t *restrict grad_out,
                                                    __global elem_t *restrict grad_x,
                                                    STRIDED_BACKWARD_SIZES, int H, int W,
                                                    int OH, int OW)
 {
     item_t e;
-    if (!strided_item(&e, C, H, W, channels_inner))
+    int four = channels_inner == 4;
+    if (!(four ? nhwc_item(&e, C, H, W) : strided_item(&e, C, H, W, channels_inner)))
         return;
-    int oh0 = cell_start(e.h, OH, H), oh1 = cell_end(e.h, OH, H);
-    int ow0 = cell_start(e.w, OW, W), ow1 = cell_end(e.w, OW, W);
-    int lanes = channels_inner == 4 ? 4 : 1, aligned = lanes == 4 && ALIGNED4(grad_out, grad_x);
+    int ow0 = cell_start(e.w, OW, W), ow1 = cell_end(e.w, OW, W), oh0, oh1, next = -1;
+    int lanes = four ? 4 : 1, aligned = four && ALIGNED4(grad_out, grad_x);
+    int end = H - e.h > (four ? CLPOOL_CL_ROWS : 1) ? e.h + (four ? CLPOOL_CL_ROWS : 1) : H;
     long g0 = AT(grad_out, e.n, e.c, 0, 0);
     acc4_t g = 0;
-    for (int oh = oh0; oh < oh1; ++oh) {
-        int rows = cell_end(oh, H, OH) - cell_start(oh, H, OH);
-        for (int ow = ow0; ow < ow1; ++ow) {
-            int cols = cell_end(ow, W, OW) - cell_start(ow, W, OW);
-            long i = g0 + (long)oh * grad_out_sh + (long)ow * grad_out_sw;
-            g += load_lanes(grad_out, i, lanes, aligned) / (acc_t)rows / (acc_t)cols;
+#define GRAD(oh, ow) \
+    load_lanes(grad_out, g0 + (long)(oh) * grad_out_sh + (long)(ow) * grad_out_sw, lanes, aligned)
+    for (int h = e.h; h < end; ++h) {
+        if (h >= next) {
+            next = cells_at(h, H, OH, &oh0, &oh1);
+            g = 0;
+            SUM_SHARES(g, GRAD)
         }
+        store_lanes(grad_x, AT_OUT(grad_x, e.n, e.c, h, e.w), g, lanes, aligned);
     }
-    store_lanes(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g, lanes, aligned);
+#undef GRAD
 }
 
 /* Global (1x1) average pooling for an input of any strides on a GPU: a work-group takes

@@ -356,16 +356,18 @@ def test_torch_gradcheck_float64(device, rank):
     assert torch.autograd.gradcheck(lambda t: fn(t, size), (x.requires_grad_(),))
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3])
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 16])
 def test_gpu_geometry_gives_atens_results(device, launched, rows):
-    """The kernels as a GPU runs them: tiles of `rows` rows (a last one cut short),
+    """The kernels as a GPU runs them: tiles of `rows` rows (a last one cut short, cells
+    changing within one, down- and upsampling),
     work-groups spanning several planes (an even number of them, as for a 1x1 output) or
     one (an odd number), and equal cells of a plane as max_pool2d's kernels (square cells
     of 2 and 4 built as constants): bit for bit ATen's forward and backward."""
     rng = np.random.default_rng(90 + rows)
     cases = [(2, (4, 6, 5), 1), (2, (3, 7, 9), (4, 3)), (3, (8, 3, 5, 7), (2, 5, 3)),
              (1, (5, 11), 4), (2, (2, 3, 14, 14), 7), (2, (3, 16, 16), 4), (2, (2, 8, 12), (4, 3)),
-             (1, (2, 3, 12), 3), (3, (2, 1, 6, 4), (1, 3, 2))]  # fmt: skip
+             (1, (2, 3, 12), 3), (3, (2, 1, 6, 4), (1, 3, 2)), (2, (2, 3, 40, 9), (7, 3)),
+             (2, (1, 2, 5, 6), (9, 13)), (3, (1, 2, 19, 4, 3), (5, 19, 2))]  # fmt: skip
     cases += [(2, shape, size) for shape, size in _cases(90 + rows, 6, 2)]
     with policy.use(gpu=True, rows=rows):
         for rank, shape, size in cases:

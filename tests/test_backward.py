@@ -453,3 +453,34 @@ def test_gpu_tiles_of_the_avg_backward_give_pytorchs_bits(device, tile):
             plane = clpool.avg_pool2d_backward(g, x, *args)
         assert same_bits(got, xt.grad.numpy()), args
         assert same_bits(got, plane), args
+
+
+def _channels_last(a: np.ndarray) -> np.ndarray:
+    """`a` (N, C, H, W) stored channels-last."""
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 16])
+def test_gpu_adaptive_backward_gives_pytorchs_bits(device, rows):
+    """The GPU's adaptive average backward of unequal cells, NCHW and channels-last, with
+    `rows` rows per work-item: each element adds its cells' shares grad_out / rows /
+    columns in output order, worked out again only where its cells change: PyTorch CPU's
+    bits, down- and upsampling, and the per-plane kernel's."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3400 + rows)
+    cases = [((2, 3, 13, 11), (5, 4)), ((1, 4, 40, 9), (7, 3)), ((2, 4, 5, 6), (9, 13)),
+             ((1, 8, 37, 23), 7), ((1, 4, 19, 3), (19, 2))]  # fmt: skip
+    for shape, size in cases:
+        x = data(rng, shape)
+        xt = torch.from_numpy(x).requires_grad_()
+        y = torch.nn.functional.adaptive_avg_pool2d(xt, size)
+        g = data(rng, tuple(y.shape))
+        y.backward(torch.from_numpy(g))
+        with policy.use(gpu=True, per_plane=False, rows=rows):
+            got = clpool.adaptive_avg_pool2d_backward(g, x)
+            nhwc = clpool.adaptive_avg_pool2d_backward(_channels_last(g), _channels_last(x))
+        with policy.use(per_plane=True):
+            plane = clpool.adaptive_avg_pool2d_backward(g, x)
+        assert same_bits(got, xt.grad.numpy()), (shape, size)
+        assert same_bits(nhwc, xt.grad.numpy()), (shape, size)
+        assert same_bits(plane, got), (shape, size)
