@@ -80,8 +80,7 @@ def test_bench_json_on_a_tiny_volume(device):
     report = json.loads(result.stdout)
     ops = [c.op for c in bench.default_cases(False, bench.OPS, (1, 2, 4, 5, 6))]
     assert ops == list(bench.WINDOWED_3D)
-    _check_report(report, device, ops, [1, 2, 4, 5, 6])
-    assert all(row["torch_wall_us"] > 0 for row in report["rows"])
+    _check_report(report, device, ops, [1, 2, 4, 5, 6])  # with PyTorch, where installed
 
 
 def test_the_default_sweep_has_the_3d_cases_with_the_batch_scaled_on_a_cpu():
@@ -99,7 +98,6 @@ def test_bench_json_on_a_tiny_sequence(device):
     report = json.loads(result.stdout)
     assert [row["op"] for row in report["rows"]] == list(bench.WINDOWED_1D)
     _check_report(report, device, list(bench.WINDOWED_1D), [1, 2, 9])
-    assert all(row["torch_wall_us"] > 0 for row in report["rows"])
 
 
 def test_the_default_sweep_has_issue_16s_1d_case_with_the_batch_scaled_on_a_cpu():
@@ -212,6 +210,7 @@ def test_the_sweep_unpools_max_pool2d_k2_s2_of_the_first_shape(device):
     rt = discovery.runtime(device)
     timed = bench.time_clpool(tiny, rt, 1, 0.001)
     assert timed["wall_us"] > 0 and timed["bytes"] == (2 * 16 * (4 + 8)) + 2 * 64 * 4
+    pytest.importorskip("torch")
     assert bench.time_torch(tiny, "cpu", 1, 0.001) > 0
 
 
