@@ -243,8 +243,9 @@ class Planner:
         self.rows, self.cols = (
             (1, 1) if self.by_plane else pol.tile(device, tuned_as, stride1, bf16)
         )
-        first = self.arrays[0].shape
-        if len(first) == 4 and first[2] == 1:  # planes of one row (the 1-D ops): columns
+        # planes of one row (the 1-D ops): columns. Every array's, not just the first's: a
+        # backward's grad_output of 1 x 1 cells has one row, its gradient's plane many.
+        if all(len(a.shape) == 4 and a.shape[2] == 1 for a in self.arrays):
             self.rows, self.cols = 1, min(self.rows * self.cols, MAX_TILE)
         area = win.kh * win.kw if win is not None else 0
         options = ["-DCLPOOL_LARGE_PLANE"] if max(*extents, area) >= 2**31 else []

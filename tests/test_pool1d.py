@@ -69,6 +69,20 @@ def test_a_gpu_tile_of_one_row_takes_its_rows_as_columns(device, build_options):
     assert any("-DCLPOOL_ROWS=1" in o and "-DCLPOOL_COLS=4" in o for o in build_options)
 
 
+def test_a_backward_whose_grad_output_has_one_row_keeps_its_tile(device, build_options):
+    """A GPU's gradient of 1 x 1 cells (a grad_output plane of one row) is tiled as its
+    input's plane of many rows, not as a 1-D op's (on the H200, [32,64,112,112] from 1 x 1
+    took 438 us so, 32 us as rows)."""
+    x = np.zeros((2, 3, 40, 24), np.float32)
+    g = np.arange(6, dtype=np.float32).reshape(2, 3, 1, 1)
+    with policy.use(gpu=True, per_plane=False):
+        got = clpool.adaptive_avg_pool2d_backward(g, x)
+        rows, cols = policy.current().tile(device, "adaptive_avg_pool2d_backward equal")
+    assert same_bits(got, np.broadcast_to(g / 40 / 24, x.shape))
+    assert any(f"-DCLPOOL_ROWS={rows}" in o and f"-DCLPOOL_COLS={cols}" in o for o in build_options)
+    assert not any("-DCLPOOL_ROWS=1" in o for o in build_options)
+
+
 def test_max_pool1d_and_its_backward_equal_torch(device, planning):
     rng = np.random.default_rng(160)
     for shape, k, s, p, d, ceil in _cases(160, 30):
