@@ -74,7 +74,7 @@ def test_a_backward_whose_grad_output_has_one_row_keeps_its_tile(device, build_o
     input's plane of many rows, not as a 1-D op's (on the H200, [32,64,112,112] from 1 x 1
     took 438 us so, 32 us as rows)."""
     x = np.zeros((2, 3, 40, 24), np.float32)
-    g = np.arange(6, dtype=np.float32).reshape(2, 3, 1, 1)
+    g = np.arange(0, 6 * 960, 960, dtype=np.float32).reshape(2, 3, 1, 1)  # exact shares
     with policy.use(gpu=True, per_plane=False):
         got = clpool.adaptive_avg_pool2d_backward(g, x)
         rows, cols = policy.current().tile(device, "adaptive_avg_pool2d_backward equal")
