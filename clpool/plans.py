@@ -238,10 +238,11 @@ class Planner:
             device, self.dtype, planes, "backward" in tuned_as
         )
         stride1 = win is not None and (win.sh, win.sw) == (1, 1)
+        tiling = win is not None and (win.kh, win.kw, win.dh, win.dw) == (win.sh, win.sw, 1, 1)
         bf16 = is_bfloat16(self.dtype)
         # No tile per plane: for most windows, a backward op runs in its forward's program.
         self.rows, self.cols = (
-            (1, 1) if self.by_plane else pol.tile(device, tuned_as, stride1, bf16)
+            (1, 1) if self.by_plane else pol.tile(device, tuned_as, stride1, bf16, tiling)
         )
         # planes of one row (the 1-D ops): columns. Every array's, not just the first's: a
         # backward's grad_output of 1 x 1 cells has one row, its gradient's plane many.

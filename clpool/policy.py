@@ -25,19 +25,24 @@ from .shapes import MAX_TILE
 # take (1, 1); columns apply to the four windowed kernels (TILED) only. On a CPU the max
 # backward (within 6% of (4, 1)) and the adaptive kernels (forward: faster on 3 of 5
 # shapes; backward of unequal cells: 7% slower, on 2 planes: more run one per work-item)
-# take (1, 1), so that a backward runs in its forward's program.
+# take (1, 1), so that a backward runs in its forward's program. " tiling": windows that
+# tile the plane (the stride is the window).
 TILES = {
     "GPU": {
         "max_pool2d_forward": (2, 2),
-        # k3 s2 of [32,64,112,112] on the H200: 62.0 us with (2, 2), 52.3 with (2, 4)
+        # k3 s2 of [32,64,112,112] on the H200: 62.0 us with (2, 2), 52.3 with (2, 4);
+        # k2 s2 of [64,256,56,56]: 84.4 with (2, 2), 91.0 with (2, 4)
         "max_pool2d_values": (2, 4),
+        "max_pool2d_values tiling": (2, 2),
         "max_pool2d_values s1": (4, 4),
         "max_pool2d_backward": (8, 2),
         "avg_pool2d_forward": (2, 2),
         "avg_pool2d_forward s1": (4, 2),
         # k3 s2 of [32,64,112,112]: 68.2 us with (4, 2), 55.5 with (4, 4) (windows walked
-        # as the 3-D backward does, coverage folded at build time)
+        # as the 3-D backward does, coverage folded at build time); k2 s2 of
+        # [64,256,56,56]: 102.1 with (4, 2), 131.9 with (4, 4)
         "avg_pool2d_backward": (4, 4),
+        "avg_pool2d_backward tiling": (4, 2),
         "avg_pool2d_backward s1": (4, 4),
         "adaptive_avg_pool2d_forward": (2, 1),
         "adaptive_avg_pool2d_backward equal": (16, 2),
@@ -147,13 +152,20 @@ class Policy:
         return (2, 4) if family == "max" else (2, 2)
 
     def tile(
-        self, device: cl.Device, kernel: str, stride1: bool = False, bfloat16: bool = False
+        self,
+        device: cl.Device,
+        kernel: str,
+        stride1: bool = False,
+        bfloat16: bool = False,
+        tiling: bool = False,
     ) -> tuple[int, int]:
         """(rows, columns) each work-item of `kernel` handles (`stride1`: its window's
-        stride is 1; `bfloat16`: its dtype is, where a tile is tuned for that)."""
+        stride is 1; `bfloat16`: its dtype is; `tiling`: its windows tile the plane, the
+        stride being the window; each where a tile is tuned for that)."""
         table = self.tiles["GPU" if self.on_gpu(device) else "CPU"]
         names = [f"{kernel} s1"] if stride1 else []
         names += [f"{kernel} bfloat16"] if bfloat16 else []
+        names += [f"{kernel} tiling"] if tiling else []
         tuned = next((table[name] for name in names if name in table), None)
         rows, cols = tuned or table.get(kernel, (1, 1))
         # at most shapes.MAX_TILE: the window checks keep positions in 32 bits for it

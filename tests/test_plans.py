@@ -350,3 +350,25 @@ def test_a_build_past_a_second_is_announced_and_a_quick_one_is_not(device, monke
     monkeypatch.setattr(programs, "_compile", slow)
     programs.kernels(context, "max_pool.cl", ("-DCLPOOL_DTYPE=32", "-DSLOW=1"))
     assert said == ["building max_pool.cl -DCLPOOL_DTYPE=32 -DSLOW=1"]
+
+
+def test_a_gpu_tile_follows_the_window(device, build_options):
+    """A GPU's tile of max_pool2d (values) and of avg_pool2d_backward: the table's for
+    overlapping windows (k3 s2), its " tiling" one for windows that tile the plane (k2 s2:
+    the H200 measured each fastest there)."""
+    x = np.zeros((1, 2, 16, 16), np.float32)
+
+    def built(kernel: str) -> bool:
+        rows, cols = policy.TILES["GPU"][kernel]
+        tile = f"-DCLPOOL_ROWS={rows} -DCLPOOL_COLS={cols} "
+        return any(tile in " ".join(o) + " " for o in build_options)
+
+    with policy.use(gpu=True, per_plane=False):
+        for k, variant in ((3, ""), (2, " tiling")):
+            g = np.zeros(clpool.avg_pool2d(x, k, 2).shape, np.float32)
+            build_options.clear()
+            clpool.max_pool2d(x, k, 2)
+            assert built("max_pool2d_values" + variant), k
+            build_options.clear()
+            clpool.avg_pool2d_backward(g, x, k, 2)
+            assert built("avg_pool2d_backward" + variant), k
