@@ -515,7 +515,8 @@ def _plan_adaptive_backward(
             "adaptive_avg_pool2d_backward_strided",
             {"grad_out": 0},
             lanes=4,
-            tile=p.policy.tile(p.rt.device, "adaptive_avg_pool2d_backward_strided"),
+            # rows of one pixel: the kernel takes no columns
+            tile=(p.policy.tile(p.rt.device, "adaptive_avg_pool2d_backward_strided")[0], 1),
             H=h,
             W=w,
             OH=oh,

@@ -36,8 +36,10 @@ inline int cells_at(int i, int size, int n, int *o0, int *o1)
 #define SUM_SHARES(g, LOADED)                                                         \
     for (int oh = oh0; oh < oh1; ++oh) {                                              \
         acc_t rows = cell_end(oh, H, OH) - cell_start(oh, H, OH);                     \
-        for (int ow = ow0; ow < ow1; ++ow)                                            \
-            g += LOADED(oh, ow) / rows / (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW)); \
+        for (int ow = ow0; ow < ow1; ++ow) {                                          \
+            acc_t cols = cell_end(ow, W, OW) - cell_start(ow, W, OW);                 \
+            g += LOADED(oh, ow) / rows / cols;                                        \
+        }                                                                             \
     }
 
 /* total += v with Kahan's compensation c, so that long sums of blocks stay exact. */
@@ -106,8 +108,8 @@ inline acc_t window_sum(__global const elem_t *xp, int W, int h0, int h1, int w0
 
 #ifdef CLPOOL_KH
 /* The sum of an equal cell of CLPOOL_KH x CLPOOL_KW (at most 16 x 16 on a CPU, 8 x 8 on a
- * GPU; a plain sum of at most 256 elements in four lanes) from (h0, w0): the loops unroll, so that all of its loads are
- * in flight together (a GPU issues in order, and the loops of window_sum wait for memory
+ * GPU; a plain sum of at most 256 elements in four lanes) from (h0, w0): the loops
+ * unroll, so that all of its loads are in flight together (a GPU issues in order, and the loops of window_sum wait for memory
  * at every row: on the H200, 7x7 of [64,256,56,56] took 73 us through them; on this
  * project's CPU, cells of 16 x 16 took twice as long through them). */
 inline acc_t cell_sum(__global const elem_t *xp, int W, int h0, int w0)

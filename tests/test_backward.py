@@ -467,10 +467,10 @@ def _channels_last(a: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("rows", [1, 3, 8, 16])
 def test_gpu_adaptive_backward_gives_pytorchs_bits(device, rows):
     """The GPU's adaptive average backward of unequal cells, NCHW and channels-last, with
-    `rows` rows per work-item: each element adds its cells' shares grad_out / rows /
-    columns in output order, worked out again only where its cells change: PyTorch CPU's
-    bits and the per-plane kernel's (on a GPU: within 1e-6), down- and upsampling; the
-    channels-last kernel's bits are the NCHW kernel's."""
+    `rows` rows per work-item (and CLPOOL_COLS=2, which it does not take): each element
+    adds its cells' shares grad_out / rows / columns in output order, worked out again only
+    where its cells change: PyTorch CPU's bits and the per-plane kernel's (on a GPU: within
+    1e-6), down- and upsampling; the channels-last kernel's bits are the NCHW kernel's."""
     torch = pytest.importorskip("torch")
     gpu = bool(device.type & cl.device_type.GPU)
     rng = np.random.default_rng(3400 + rows)
@@ -482,7 +482,7 @@ def test_gpu_adaptive_backward_gives_pytorchs_bits(device, rows):
         y = torch.nn.functional.adaptive_avg_pool2d(xt, size)
         g = data(rng, tuple(y.shape))
         y.backward(torch.from_numpy(g))
-        with policy.use(gpu=True, per_plane=False, rows=rows):
+        with policy.use(gpu=True, per_plane=False, rows=rows, cols=2):
             got = clpool.adaptive_avg_pool2d_backward(g, x)
             nhwc = clpool.adaptive_avg_pool2d_backward(_channels_last(g), _channels_last(x))
         with policy.use(per_plane=True):
