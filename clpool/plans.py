@@ -240,13 +240,14 @@ class Planner:
         stride1 = win is not None and (win.sh, win.sw) == (1, 1)
         tiling = win is not None and (win.kh, win.kw, win.dh, win.dw) == (win.sh, win.sw, 1, 1)
         bf16 = is_bfloat16(self.dtype)
+        # Planes of one row (the 1-D ops) in every array, not just the first: a backward's
+        # grad_output of 1 x 1 cells has one row, its gradient's plane many.
+        row = all(len(a.shape) == 4 and a.shape[2] == 1 for a in self.arrays)
         # No tile per plane: for most windows, a backward op runs in its forward's program.
         self.rows, self.cols = (
-            (1, 1) if self.by_plane else pol.tile(device, tuned_as, stride1, bf16, tiling)
+            (1, 1) if self.by_plane else pol.tile(device, tuned_as, stride1, bf16, tiling, row)
         )
-        # planes of one row (the 1-D ops): columns. Every array's, not just the first's: a
-        # backward's grad_output of 1 x 1 cells has one row, its gradient's plane many.
-        if all(len(a.shape) == 4 and a.shape[2] == 1 for a in self.arrays):
+        if row:  # a tile without one for a row of its own takes its rows as columns
             self.rows, self.cols = 1, min(self.rows * self.cols, MAX_TILE)
         area = win.kh * win.kw if win is not None else 0
         options = ["-DCLPOOL_LARGE_PLANE"] if max(*extents, area) >= 2**31 else []

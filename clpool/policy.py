@@ -26,7 +26,8 @@ from .shapes import MAX_TILE
 # backward (within 6% of (4, 1)) and the adaptive kernels (forward: faster on 3 of 5
 # shapes; backward of unequal cells: 7% slower, on 2 planes: more run one per work-item)
 # take (1, 1), so that a backward runs in its forward's program. " tiling": windows that
-# tile the plane (the stride is the window).
+# tile the plane (the stride is the window); " row": planes of one row (the 1-D ops; a
+# kernel without one lays its rows out as columns there).
 TILES = {
     "GPU": {
         "max_pool2d_forward": (2, 2),
@@ -34,6 +35,8 @@ TILES = {
         # k2 s2 of [64,256,56,56]: 84.4 with (2, 2), 91.0 with (2, 4)
         "max_pool2d_values": (2, 4),
         "max_pool2d_values tiling": (2, 2),
+        # planes of one row (max_pool1d), [64,256,4096] k3 s2: 1 x 4 156.3 us, 1 x 8 304.8
+        "max_pool2d_values row": (1, 4),
         "max_pool2d_values s1": (4, 4),
         "max_pool2d_backward": (8, 2),
         "avg_pool2d_forward": (2, 2),
@@ -43,6 +46,8 @@ TILES = {
         # [64,256,56,56]: 102.1 with (4, 2), 131.9 with (4, 4)
         "avg_pool2d_backward": (4, 4),
         "avg_pool2d_backward tiling": (4, 2),
+        # planes of one row (avg_pool1d's backward): as before the 4 x 4 tile, not timed
+        "avg_pool2d_backward row": (1, 8),
         "avg_pool2d_backward s1": (4, 4),
         "adaptive_avg_pool2d_forward": (2, 1),
         "adaptive_avg_pool2d_backward equal": (16, 2),
@@ -158,14 +163,17 @@ class Policy:
         stride1: bool = False,
         bfloat16: bool = False,
         tiling: bool = False,
+        row: bool = False,
     ) -> tuple[int, int]:
         """(rows, columns) each work-item of `kernel` handles (`stride1`: its window's
         stride is 1; `bfloat16`: its dtype is; `tiling`: its windows tile the plane, the
-        stride being the window; each where a tile is tuned for that)."""
+        stride being the window; `row`: its planes are one row; each where a tile is tuned
+        for that, in that order)."""
         table = self.tiles["GPU" if self.on_gpu(device) else "CPU"]
         names = [f"{kernel} s1"] if stride1 else []
         names += [f"{kernel} bfloat16"] if bfloat16 else []
         names += [f"{kernel} tiling"] if tiling else []
+        names += [f"{kernel} row"] if row else []
         tuned = next((table[name] for name in names if name in table), None)
         rows, cols = tuned or table.get(kernel, (1, 1))
         # at most shapes.MAX_TILE: the window checks keep positions in 32 bits for it

@@ -61,16 +61,23 @@ def planning(request):
 
 
 def test_a_gpu_tile_of_one_row_takes_its_rows_as_columns(device, build_options):
-    """The 1-D ops' planes are one row: a GPU's tile of max_pool2d, rows x columns, runs as
-    1 x (rows x columns)."""
+    """The 1-D ops' planes are one row: a GPU's tile of avg_pool2d, rows x columns, runs as
+    1 x (rows x columns); max_pool2d's values take the table's tile for one row (1 x 4,
+    where its 2-D tile, 2 x 4, would run as 1 x 8: twice as slow on the H200)."""
     x = np.arange(2 * 3 * 40, dtype=np.float32).reshape(2, 3, 40)
+    pol = policy.current()
     with policy.use(gpu=True, per_plane=False):
+        got = clpool.avg_pool1d(x, 3, 2)
+        rows, cols = policy.current().tile(device, "avg_pool2d_forward")
+        assert rows > 1
+        assert_close(got, F.avg_pool1d(torch.from_numpy(x), 3, 2).numpy())
+        wide = f"-DCLPOOL_COLS={rows * cols}"
+        assert any("-DCLPOOL_ROWS=1" in o and wide in o for o in build_options)
+        build_options.clear()
         got = clpool.max_pool1d(x, 3, 2)
-        rows, cols = policy.current().tile(device, "max_pool2d_values")
-    assert rows > 1
     assert same_bits(got, F.max_pool1d(torch.from_numpy(x), 3, 2).numpy())
-    wide = f"-DCLPOOL_COLS={rows * cols}"
-    assert any("-DCLPOOL_ROWS=1" in o and wide in o for o in build_options)
+    rows, cols = pol.tiles["GPU"]["max_pool2d_values row"]
+    assert any(f"-DCLPOOL_ROWS={rows}" in o and f"-DCLPOOL_COLS={cols}" in o for o in build_options)
 
 
 def test_a_backward_whose_grad_output_has_one_row_keeps_its_tile(device, build_options):
