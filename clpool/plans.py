@@ -242,12 +242,12 @@ class Planner:
         bf16 = is_bfloat16(self.dtype)
         # Planes of one row (the 1-D ops) in every array, not just the first: a backward's
         # grad_output of 1 x 1 cells has one row, its gradient's plane many.
-        row = all(len(a.shape) == 4 and a.shape[2] == 1 for a in self.arrays)
+        one_row = all(len(a.shape) == 4 and a.shape[2] == 1 for a in self.arrays)
         # No tile per plane: for most windows, a backward op runs in its forward's program.
         self.rows, self.cols = (
-            (1, 1) if self.by_plane else pol.tile(device, tuned_as, stride1, bf16, tiling, row)
+            (1, 1) if self.by_plane else pol.tile(device, tuned_as, stride1, bf16, tiling, one_row)
         )
-        if row:  # a tile without one for a row of its own takes its rows as columns
+        if one_row:  # a tile without one for a row of its own takes its rows as columns
             self.rows, self.cols = 1, min(self.rows * self.cols, MAX_TILE)
         area = win.kh * win.kw if win is not None else 0
         options = ["-DCLPOOL_LARGE_PLANE"] if max(*extents, area) >= 2**31 else []

@@ -35,6 +35,10 @@ inline int scaled_ceil(int i, int size, int n)
  * there: once per row, its divisions made it compute bound on the H200). */
 inline int cells_at(int i, int size, int n, int *o0, int *o1)
 {
+    if (n == 0) { /* an output of no cells: none contains i (and nothing divides by 0) */
+        *o0 = *o1 = 0;
+        return size;
+    }
     *o0 = scaled_floor(i, n, size);
     *o1 = scaled_ceil(i + 1, n, size);
     int leave = scaled_ceil(*o0 + 1, size, n);

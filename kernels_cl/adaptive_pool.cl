@@ -25,6 +25,10 @@ inline int cell_end(int i, int size, int n) { return scaled_floor(i + 1, size, n
  * there: on the H200, once per element made them compute bound). */
 inline int cells_at(int i, int size, int n, int *o0, int *o1)
 {
+    if (n == 0) { /* an output of no cells: none contains i (and nothing divides by 0) */
+        *o0 = *o1 = 0;
+        return size;
+    }
     *o0 = cell_start(i, n, size);
     *o1 = cell_end(i, n, size);
     int leave = cell_end(*o0, size, n);

@@ -221,6 +221,12 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
             yield f"adaptive_max_pool{rank}d_backward/{name}/{index}", back, back_ref
             # the CPU's plane per work-item (where cells do not outnumber the elements)
             yield f"plane/adaptive_max_pool{rank}d_backward/{name}/{index}", _as_cpu(back), back_ref
+    # an output with no rows: the gather's elements lie in no cell (nothing divides by 0)
+    x = _data((1, 3, 5, 6), dtype, 980)
+    none, none_i = clpool.adaptive_max_pool2d(x, (0, 2), True)
+    yield ("gpu/adaptive_max_pool2d_backward/no-rows",
+           _as_gpu(lambda x=x, v=none, i=none_i: clpool.adaptive_max_pool2d_backward(v, x, i)),
+           lambda x=x: np.zeros_like(x))
     # a strided 5-D device array: copied through a 4-D view by clpool_contiguous
     queue = discovery.runtime(discovery.select()).queue
     base = _data((2, 3, 4, 3, 5), dtype, 990)
@@ -362,6 +368,14 @@ def copy_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
         yield (f"copy/{kernel}", run, lambda view=view: np.ascontiguousarray(view))
 
 
+def _as_gpu(run: Callable[[], object]) -> Callable[[], object]:
+    """`run` with the kernels clpool picks on a GPU: tiles and gathers."""
+    def wrapped():
+        with policy.use(gpu=True):
+            return run()
+    return wrapped
+
+
 def _as_cpu(run: Callable[[], object]) -> Callable[[], object]:
     """`run` with the kernels clpool picks on a CPU: one plane per work-item for the
     backward ops and global average pooling."""
@@ -455,21 +469,15 @@ def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     g = _data((1, 2, 4, 8), dtype, 902)
     out, idx = ref.max_pool2d_with_indices(y, 3, 2, 1)
 
-    def gpu(run: Callable[[], object]) -> Callable[[], object]:
-        def wrapped():
-            with policy.use(gpu=True):
-                return run()
-        return wrapped
-
-    yield ("gpu/max_pool2d/wide", gpu(lambda: clpool.max_pool2d(y, 3, 2, 1)),
+    yield ("gpu/max_pool2d/wide", _as_gpu(lambda: clpool.max_pool2d(y, 3, 2, 1)),
            lambda: ref.max_pool2d(y, 3, 2, 1))
-    yield ("gpu/avg_pool2d/wide", gpu(lambda: clpool.avg_pool2d(y, 3, 2, 1)),
+    yield ("gpu/avg_pool2d/wide", _as_gpu(lambda: clpool.avg_pool2d(y, 3, 2, 1)),
            lambda: ref.avg_pool2d(y, 3, 2, 1))
     yield ("gpu/max_pool2d_with_indices_backward/wide",
-           gpu(lambda: clpool.max_pool2d_with_indices_backward(g, y, 3, 2, 1, indices=idx)),
+           _as_gpu(lambda: clpool.max_pool2d_with_indices_backward(g, y, 3, 2, 1, indices=idx)),
            lambda: ref.max_pool2d_with_indices_backward(g, y, idx, 3, 2, 1))
     yield ("gpu/avg_pool2d_backward/wide",
-           gpu(lambda: clpool.avg_pool2d_backward(g, y, 3, 2, 1)),
+           _as_gpu(lambda: clpool.avg_pool2d_backward(g, y, 3, 2, 1)),
            lambda: ref.avg_pool2d_backward(g, y, 3, 2, 1))
 
 
