@@ -158,6 +158,8 @@ def _plan_max_forward(
         p.output("indices", out_shape, np.dtype(f"int{p.index_bits}"), like=0)
     else:
         p.options += ("-DCLPOOL_NO_INDICES",)
+        # planes of one row (max_pool1d): the GPU tile keeps NaN apart (max_pool.cl)
+        p.options += ("-DCLPOOL_NAN_APART",) if p.gpu and h == 1 else ()
     slots = None if with_indices else {"indices": "out"}  # a placeholder, untouched
     if n * c and p.strided:
         p.step_strided(

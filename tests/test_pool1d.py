@@ -45,6 +45,7 @@ def _cases(seed: int, count: int, dilation: bool = True):
 
 def _data(rng: np.random.Generator, shape, dtype=np.float32) -> np.ndarray:
     x = rng.integers(-3, 4, size=shape).astype(dtype)  # ties
+    x.reshape(-1)[rng.random(x.size) < 0.05] = -0.0  # ties of -0 and +0: the first wins
     x.reshape(-1)[rng.random(x.size) < 0.05] = -np.inf
     x.reshape(-1)[rng.random(x.size) < 0.03] = np.nan
     return x
@@ -63,7 +64,8 @@ def planning(request):
 def test_a_gpu_tile_of_one_row_takes_its_rows_as_columns(device, build_options):
     """The 1-D ops' planes are one row: a GPU's tile of avg_pool2d, rows x columns, runs as
     1 x (rows x columns); max_pool2d's values take the table's tile for one row (1 x 4,
-    where its 2-D tile, 2 x 4, would run as 1 x 8: twice as slow on the H200)."""
+    where its 2-D tile, 2 x 4, would run as 1 x 8: twice as slow on the H200), keeping
+    NaN apart (the NaN cases are test_max_pool1d_and_its_backward_equal_torch's)."""
     x = np.arange(2 * 3 * 40, dtype=np.float32).reshape(2, 3, 40)
     pol = policy.current()
     with policy.use(gpu=True, per_plane=False):
@@ -77,7 +79,10 @@ def test_a_gpu_tile_of_one_row_takes_its_rows_as_columns(device, build_options):
         got = clpool.max_pool1d(x, 3, 2)
     assert same_bits(got, F.max_pool1d(torch.from_numpy(x), 3, 2).numpy())
     rows, cols = pol.tiles["GPU"]["max_pool2d_values row"]
-    assert any(f"-DCLPOOL_ROWS={rows}" in o and f"-DCLPOOL_COLS={cols}" in o for o in build_options)
+    assert any(
+        f"-DCLPOOL_ROWS={rows}" in o and f"-DCLPOOL_COLS={cols}" in o and "-DCLPOOL_NAN_APART" in o
+        for o in build_options
+    )
 
 
 def test_a_backward_whose_grad_output_has_one_row_keeps_its_tile(device, build_options):
