@@ -8,7 +8,8 @@
 #define ADAPTIVE_MAX_SIZES                                                            \
     int D, int H, int W, int OD, int OH, int OW
 
-/* The cell bounds' arithmetic: unsigned 32-bit unless the host passes -DCLPOOL_LARGE_PLANE
+/* The arithmetic of the work-item layout, and of cell bounds worked out from one division
+ * (a row's or a column's floor and ceiling): unsigned 32-bit unless the host passes -DCLPOOL_LARGE_PLANE
  * (it does where an axis's size times its output's size, or a volume, reaches 2^31), since
  * GPUs emulate 64-bit division in a long sequence of instructions. */
 #ifdef CLPOOL_LARGE_PLANE
@@ -16,34 +17,6 @@ typedef ulong bound_t;
 #else
 typedef uint bound_t;
 #endif
-
-/* floor(i * size / n) */
-inline int scaled_floor(int i, int size, int n)
-{
-    return (int)((bound_t)i * (bound_t)size / (bound_t)n);
-}
-
-/* ceil(i * size / n) */
-inline int scaled_ceil(int i, int size, int n)
-{
-    bound_t num = (bound_t)i * (bound_t)size, q = num / (bound_t)n;
-    return (int)q + (num != q * (bound_t)n);
-}
-
-/* The cells [*o0, *o1) of n over an axis of `size` that contain position i; returns the
- * first position past i where they change (the backward works out its rows' cells only
- * there: once per row, its divisions made it compute bound on the H200). */
-inline int cells_at(int i, int size, int n, int *o0, int *o1)
-{
-    if (n == 0) { /* an output of no cells: none contains i (and nothing divides by 0) */
-        *o0 = *o1 = 0;
-        return size;
-    }
-    *o0 = scaled_floor(i, n, size);
-    *o1 = scaled_ceil(i + 1, n, size);
-    int leave = scaled_ceil(*o0 + 1, size, n);
-    return *o1 < n ? min(leave, scaled_floor(*o1, size, n)) : leave;
-}
 
 /* Work-item layout of both gathers: dimension 0 walks the columns, 1 the (slice, tile)
  * pairs of `slices` slices of `rows` rows, a tile being CLPOOL_ROWS consecutive rows of a
@@ -72,10 +45,10 @@ __kernel void adaptive_max_pool_forward(__global const elem_t *restrict x,
     long plane = get_global_id(2);
     __global const elem_t *xp = x + plane * D * H * W;
     long cells = plane * OD * OH * OW;
-    int d0 = scaled_floor(od, D, OD), d1 = scaled_ceil(od + 1, D, OD);
-    int w0 = scaled_floor(ow, W, OW), w1 = scaled_ceil(ow + 1, W, OW);
+    int d0 = cell_start(od, D, OD), d1 = cell_end(od, D, OD);
+    int w0 = cell_start(ow, W, OW), w1 = cell_end(ow, W, OW);
     /* h0 of the next row is the floor whose ceiling is this row's h1: one division a row */
-    int h0 = scaled_floor(oh0, H, OH);
+    int h0 = cell_start(oh0, H, OH);
     for (int oh = oh0; oh < oh1; ++oh) {
         bound_t num = (bound_t)(oh + 1) * (bound_t)H;
         int next = num / (bound_t)OH, h1 = next + (num != (bound_t)next * (bound_t)OH);
@@ -122,8 +95,8 @@ __kernel void adaptive_max_pool_backward(__global const elem_t *restrict grad_ou
     __global const elem_t *gp = grad_out + plane * cells;
     __global const index_t *ip = indices + plane * cells;
     __global elem_t *xp = grad_x + plane * D * H * W;
-    int od0 = scaled_floor(id, OD, D), od1 = scaled_ceil(id + 1, OD, D);
-    int ow0 = scaled_floor(iw, OW, W), ow1 = scaled_ceil(iw + 1, OW, W), oh0, oh1;
+    int od0 = cell_start(id, OD, D), od1 = cell_end(id, OD, D);
+    int ow0 = cell_start(iw, OW, W), ow1 = cell_end(iw, OW, W), oh0, oh1;
     for (int ih = ih0, next = -1; ih < ih1; ++ih) {
         if (ih >= next)
             next = cells_at(ih, H, OH, &oh0, &oh1);
@@ -157,9 +130,9 @@ __kernel void adaptive_max_pool_backward_plane(__global const elem_t *restrict g
     clear_rows(xp, W, 0, D * H);
     pos_t k = 0;
     for (int od = 0; od < OD; ++od) {
-        int d0 = scaled_floor(od, D, OD), d1 = scaled_ceil(od + 1, D, OD);
+        int d0 = cell_start(od, D, OD), d1 = cell_end(od, D, OD);
         for (int oh = 0; oh < OH; ++oh) {
-            int h0 = scaled_floor(oh, H, OH), h1 = scaled_ceil(oh + 1, H, OH);
+            int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
             /* a cell's first column is the floor of the numerator whose ceiling ends the
              * cell before: one division a cell */
             int w0 = 0;

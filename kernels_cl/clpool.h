@@ -648,3 +648,39 @@ inline int nhwc_item(item_t *it, int C, int H, int W)
     it->h = band * CLPOOL_CL_ROWS;
     return it->c < C && it->h < H && it->w < W;
 }
+
+/* Adaptive cells (average and max, 1-D to 3-D): cell i of n over an axis of `size` spans
+ * [cell_start(i, size, n), cell_end(i, size, n)) = [floor(i*size/n), ceil((i+1)*size/n));
+ * the cells that contain position i of the axis are cell_start(i, n, size) ..
+ * cell_end(i, n, size) - 1. scaled_bound is floor(i*size/n), or the ceiling when `up`:
+ * while the operands are small a float quotient corrected by one step is exact (integer
+ * division is slow on GPUs and does not vectorize on CPUs); larger ones take 64-bit
+ * division. */
+inline int scaled_bound(int i, int size, int n, int up)
+{
+    if (size < 46341 && n < 46341) {
+        uint num = (uint)i * (uint)size + (up ? (uint)(n - 1) : 0u);
+        uint q = (uint)((float)num / (float)n);
+        q -= q * (uint)n > num;
+        q += (q + 1) * (uint)n <= num;
+        return (int)q;
+    }
+    return (int)(((long)i * size + (up ? n - 1 : 0)) / n);
+}
+inline int cell_start(int i, int size, int n) { return scaled_bound(i, size, n, 0); }
+inline int cell_end(int i, int size, int n) { return scaled_bound(i + 1, size, n, 1); }
+
+/* The cells [*o0, *o1) of n over an axis of `size` that contain position i; returns the
+ * first position past i where they change (a backward's gathers work out their cells only
+ * there: on the H200, once per element made them compute bound). */
+inline int cells_at(int i, int size, int n, int *o0, int *o1)
+{
+    if (n == 0) { /* an output of no cells: none contains i (and nothing divides by 0) */
+        *o0 = *o1 = 0;
+        return size;
+    }
+    *o0 = cell_start(i, n, size);
+    *o1 = cell_end(i, n, size);
+    int leave = cell_end(*o0, size, n);
+    return *o1 < n ? min(leave, cell_start(*o1, size, n)) : leave;
+}

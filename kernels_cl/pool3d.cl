@@ -425,19 +425,6 @@ __kernel void avg_pool3d_backward_plane(__global const elem_t *restrict grad_out
     clear_depths(xp, HW, cleared, D);
 }
 
-/* floor(i*size/n), or the ceiling when `up`: in 32 bits while the product fits (64-bit
- * division is slow on GPUs). Adaptive cell i of n over an axis of `size` spans
- * [cell_first(i, size, n), cell_last(i, size, n)); the cells of n over `size` that contain
- * element i of that axis are cell_first(i, n, size) .. cell_last(i, n, size) - 1. */
-inline int scaled(int i, int size, int n, int up)
-{
-    if (size < 46341 && n < 46341)
-        return (int)(((uint)i * (uint)size + (up ? (uint)(n - 1) : 0u)) / (uint)n);
-    return (int)(((long)i * size + (up ? n - 1 : 0)) / n);
-}
-inline int cell_first(int i, int size, int n) { return scaled(i, size, n, 0); }
-inline int cell_last(int i, int size, int n) { return scaled(i + 1, size, n, 1); }
-
 /* out = the mean of the cell: its sum / depth / rows / columns, as ATen divides. */
 __kernel void adaptive_avg_pool3d_forward(__global const elem_t *restrict x,
                                           __global elem_t *restrict out,
@@ -446,9 +433,9 @@ __kernel void adaptive_avg_pool3d_forward(__global const elem_t *restrict x,
     ITEM3D(ow, oh, z, OW, OH);
     SPLIT_ROW(z, OD, volume, od);
     __global const elem_t *xp = x + volume * D * H * W;
-    int d0 = cell_first(od, D, OD), d1 = cell_last(od, D, OD);
-    int h0 = cell_first(oh, H, OH), h1 = cell_last(oh, H, OH);
-    int w0 = cell_first(ow, W, OW), w1 = cell_last(ow, W, OW);
+    int d0 = cell_start(od, D, OD), d1 = cell_end(od, D, OD);
+    int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
+    int w0 = cell_start(ow, W, OW), w1 = cell_end(ow, W, OW);
     acc_t sum = 0;
     for (int d = d0; d < d1; ++d)
         for (int h = h0; h < h1; ++h) {
@@ -469,15 +456,15 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
     ITEM3D(iw, ih, z, W, H);
     SPLIT_ROW(z, D, volume, id);
     __global const elem_t *gp = grad_out + volume * OD * OH * OW;
-    int od1 = cell_last(id, OD, D), oh0 = cell_first(ih, OH, H), oh1 = cell_last(ih, OH, H),
-        ow0 = cell_first(iw, OW, W), ow1 = cell_last(iw, OW, W);
+    int od1 = cell_end(id, OD, D), oh0 = cell_start(ih, OH, H), oh1 = cell_end(ih, OH, H),
+        ow0 = cell_start(iw, OW, W), ow1 = cell_end(iw, OW, W);
     acc_t g = 0;
-    for (int od = cell_first(id, OD, D); od < od1; ++od) {
-        acc_t depth = (acc_t)(cell_last(od, D, OD) - cell_first(od, D, OD));
+    for (int od = cell_start(id, OD, D); od < od1; ++od) {
+        acc_t depth = (acc_t)(cell_end(od, D, OD) - cell_start(od, D, OD));
         for (int oh = oh0; oh < oh1; ++oh) {
-            acc_t rows = (acc_t)(cell_last(oh, H, OH) - cell_first(oh, H, OH));
+            acc_t rows = (acc_t)(cell_end(oh, H, OH) - cell_start(oh, H, OH));
             for (int ow = ow0; ow < ow1; ++ow) {
-                acc_t cols = (acc_t)(cell_last(ow, W, OW) - cell_first(ow, W, OW));
+                acc_t cols = (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW));
                 g += LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / depth / rows / cols;
             }
         }
@@ -706,9 +693,9 @@ __kernel void adaptive_avg_pool3d_forward_strided(__global const elem_t *restric
     STRIDED_VOXEL(o, C, OD, OH, OW);
     int lanes = lanes_of(channels_inner);
     __global const elem_t *xp = x + AT3D(x, o.n, o.c, 0, 0, 0);
-    int d0 = cell_first(o.d, D, OD), d1 = cell_last(o.d, D, OD);
-    int h0 = cell_first(o.h, H, OH), h1 = cell_last(o.h, H, OH);
-    int w0 = cell_first(o.w, W, OW), w1 = cell_last(o.w, W, OW);
+    int d0 = cell_start(o.d, D, OD), d1 = cell_end(o.d, D, OD);
+    int h0 = cell_start(o.h, H, OH), h1 = cell_end(o.h, H, OH);
+    int w0 = cell_start(o.w, W, OW), w1 = cell_end(o.w, W, OW);
     acc4_t sum = 0;
     for (int d = d0; d < d1; ++d)
         for (int h = h0; h < h1; ++h)
@@ -727,15 +714,15 @@ __kernel void adaptive_avg_pool3d_backward_strided(__global const elem_t *restri
     STRIDED_VOXEL(e, C, D, H, W);
     int lanes = lanes_of(channels_inner);
     __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
-    int od1 = cell_last(e.d, OD, D), oh0 = cell_first(e.h, OH, H), oh1 = cell_last(e.h, OH, H),
-        ow0 = cell_first(e.w, OW, W), ow1 = cell_last(e.w, OW, W);
+    int od1 = cell_end(e.d, OD, D), oh0 = cell_start(e.h, OH, H), oh1 = cell_end(e.h, OH, H),
+        ow0 = cell_start(e.w, OW, W), ow1 = cell_end(e.w, OW, W);
     acc4_t g = 0;
-    for (int od = cell_first(e.d, OD, D); od < od1; ++od) {
-        acc_t depth = (acc_t)(cell_last(od, D, OD) - cell_first(od, D, OD));
+    for (int od = cell_start(e.d, OD, D); od < od1; ++od) {
+        acc_t depth = (acc_t)(cell_end(od, D, OD) - cell_start(od, D, OD));
         for (int oh = oh0; oh < oh1; ++oh) {
-            acc_t rows = (acc_t)(cell_last(oh, H, OH) - cell_first(oh, H, OH));
+            acc_t rows = (acc_t)(cell_end(oh, H, OH) - cell_start(oh, H, OH));
             for (int ow = ow0; ow < ow1; ++ow) {
-                acc_t cols = (acc_t)(cell_last(ow, W, OW) - cell_first(ow, W, OW));
+                acc_t cols = (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW));
                 g += load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0) / depth / rows
                      / cols;
             }
