@@ -22,6 +22,7 @@ import pyopencl as cl
 
 from . import adaptive_max, bfloat16, check, discovery, ops, policy, pool3d, unpool, verify
 from . import reference as ref
+from .shapes import stored_channels_last
 
 # max_pool2d, avg_pool2d: (kernel_size, stride, padding); a stride of 1, 2 and 3 takes
 # each way the CPU kernels gather 16 windows of a row.
@@ -210,34 +211,25 @@ def run(device: cl.Device, only: str | None = None) -> None:
                 _stage(rng, dtype, windows)
 
 
-def _nhwc(a: np.ndarray) -> np.ndarray:
-    """`a` laid out channels-last (NHWC memory): the ops run their _strided kernels."""
-    nchw: np.ndarray = np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
-    return nchw
-
-
 def _channels_last_calls(
     x: np.ndarray, g: Gradient, windows: Windows, tall: np.ndarray
 ) -> Iterator[Call]:
     """_calls on channels-last copies of `x` (given a fourth channel: max pooling takes
     four per work-item then) and `tall`, over the first window."""
     x = np.concatenate([x, x[:, :1]], axis=1)
-    for what, got, want, exact in _calls(_nhwc(x), g, windows[:1], _nhwc(tall)):
+    for what, got, want, exact in _calls(
+        stored_channels_last(x), g, windows[:1], stored_channels_last(tall)
+    ):
         yield f"{what} channels-last", got, want, exact
-
-
-def _ndhwc(a: np.ndarray) -> np.ndarray:
-    """`a` laid out channels-last-3d (NDHWC memory): the 3-D ops run their _strided
-    kernels."""
-    ncdhw: np.ndarray = np.ascontiguousarray(a.transpose(0, 2, 3, 4, 1)).transpose(0, 4, 1, 2, 3)
-    return ncdhw
 
 
 def _channels_last_3d_calls(x: np.ndarray, g: Gradient) -> Iterator[Call]:
     """_calls_3d on channels-last-3d copies of `x` (given channels up to four: four per
     work-item then) and of the gradients."""
     x = np.concatenate([x, x], axis=1)
-    for what, got, want, exact in _calls_3d(_ndhwc(x), lambda shape: _ndhwc(g(shape))):
+    for what, got, want, exact in _calls_3d(
+        stored_channels_last(x), lambda shape: stored_channels_last(g(shape))
+    ):
         yield f"{what} channels-last-3d", got, want, exact
 
 

@@ -314,3 +314,11 @@ def channels_last_3d(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
             return False
         least = strides[d] * (shape[d] if shape[d] > 1 else 1)
     return True
+
+
+def stored_channels_last(a: np.ndarray) -> np.ndarray:
+    """`a` (N, C, *spatial) as an array of the same shape and values whose memory is
+    channels-last (NHWC for 4-D, NDHWC for 5-D): C varies fastest."""
+    order = (0, *range(2, a.ndim), 1)
+    moved: np.ndarray = np.ascontiguousarray(a.transpose(order)).transpose(np.argsort(order))
+    return moved

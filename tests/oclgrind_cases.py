@@ -49,6 +49,7 @@ import pyopencl.array as cla
 import clpool
 from clpool import bfloat16, check, discovery, kernels, plans, policy, programs, verify
 from clpool import reference as ref
+from clpool.shapes import stored_channels_last
 
 Case = tuple[str, Callable[[np.dtype], list[tuple[str, object, object]]]]
 
@@ -66,6 +67,8 @@ MAX_WINDOWS = [
     # rows of a multiple of 4: the GPU forward reads tile rows as vload4 chunks
     ("vec4-pad", (1, 2, 5, 8), 3, 2, 1, 1, False),
     ("vec4-stride1", (1, 1, 6, 8), 3, 1, 1, 1, True),
+    # planes of one row (the 1-D ops): a GPU's values-only tile keeps NaN apart
+    ("one-row", (2, 3, 1, 19), (1, 3), (1, 2), 0, 1, True),
 ]
 
 # (name, shape, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
@@ -281,31 +284,27 @@ def strided_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
                        g, h, i, 2, 1, 1, ceil_mode=True))
 
 
-def _nhwc(a: np.ndarray) -> np.ndarray:
-    """`a` laid out channels-last (NHWC memory), which clpool uploads as it is."""
-    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
-
-
 def nhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """Channels-last numpy inputs, tiny: each _strided kernel, its work-items walking the
     channels of a pixel (max pooling also 4 channels at a time); the backward ops with
     channels-last grad_output and indices (int32 and int64) too."""
-    x = _nhwc(_data((2, 3, 4, 5), dtype, 700, ties=True))
+    x = stored_channels_last(_data((2, 3, 4, 5), dtype, 700, ties=True))
     win = (2, 1, 1, 1, True)  # kernel_size, stride, padding, dilation, ceil_mode
     yield ("nhwc/max_pool2d_with_indices/k2",
            lambda: clpool.max_pool2d_with_indices(x, *win),
            lambda: ref.max_pool2d_with_indices(x, *win))
-    x4 = _nhwc(_data((1, 8, 4, 5), dtype, 705, ties=True))  # 4 channels per work-item
+    # 4 channels per work-item
+    x4 = stored_channels_last(_data((1, 8, 4, 5), dtype, 705, ties=True))
     yield ("nhwc/max_pool2d_with_indices/lanes4",
            lambda: clpool.max_pool2d_with_indices(x4, 3, 2, 1, 1, True),
            lambda: ref.max_pool2d_with_indices(x4, 3, 2, 1, 1, True))
     yield ("nhwc/avg_pool2d/lanes4", lambda: clpool.avg_pool2d(x4, 3, 2, 1, True, False),
            lambda: ref.avg_pool2d(x4, 3, 2, 1, True, False))
     _, idx4 = ref.max_pool2d_with_indices(x4, 3, 2, 1, 1, True)
-    g4 = _nhwc(_data(idx4.shape, dtype, 706))
+    g4 = stored_channels_last(_data(idx4.shape, dtype, 706))
     yield ("nhwc/max_pool2d_with_indices_backward/lanes4",
            lambda: clpool.max_pool2d_with_indices_backward(g4, x4, 3, 2, 1, 1, True,
-                                                           _nhwc(idx4)),
+                                                           stored_channels_last(idx4)),
            lambda: ref.max_pool2d_with_indices_backward(g4, x4, idx4, 3, 2, 1, 1, True))
     yield ("nhwc/avg_pool2d_backward/lanes4",
            lambda: clpool.avg_pool2d_backward(g4, x4, 3, 2, 1, True, False),
@@ -314,7 +313,7 @@ def nhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
            lambda: ref.adaptive_avg_pool2d(x4, (3, 2)))
     yield ("nhwc/adaptive_avg_pool2d/global",
            lambda: clpool.adaptive_avg_pool2d(x4, 1), lambda: ref.adaptive_avg_pool2d(x4, 1))
-    gd4 = _nhwc(_data((1, 8, 3, 2), dtype, 707))
+    gd4 = stored_channels_last(_data((1, 8, 3, 2), dtype, 707))
     yield ("nhwc/adaptive_avg_pool2d_backward/lanes4",
            lambda: clpool.adaptive_avg_pool2d_backward(gd4, x4),
            lambda: ref.adaptive_avg_pool2d_backward(gd4, x4))
@@ -326,17 +325,17 @@ def nhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("nhwc/adaptive_avg_pool2d/3x2", lambda: clpool.adaptive_avg_pool2d(x, (3, 2)),
            lambda: ref.adaptive_avg_pool2d(x, (3, 2)))
     _, idx = ref.max_pool2d_with_indices(x, *win)
-    g = _nhwc(_data(idx.shape, dtype, 701))
+    g = stored_channels_last(_data(idx.shape, dtype, 701))
     for index in (np.int32, np.int64):
-        i = _nhwc(idx.astype(index))
+        i = stored_channels_last(idx.astype(index))
         yield (f"nhwc/max_pool2d_with_indices_backward/{index.__name__}",
                lambda i=i: clpool.max_pool2d_with_indices_backward(g, x, *win, indices=i),
                lambda: ref.max_pool2d_with_indices_backward(g, x, idx, *win))
-    ga = _nhwc(_data(ref.avg_pool2d(x, 3, 2, 1, True, False).shape, dtype, 702))
+    ga = stored_channels_last(_data(ref.avg_pool2d(x, 3, 2, 1, True, False).shape, dtype, 702))
     yield ("nhwc/avg_pool2d_backward/ceil-exclude-pad",
            lambda: clpool.avg_pool2d_backward(ga, x, 3, 2, 1, True, False),
            lambda: ref.avg_pool2d_backward(ga, x, 3, 2, 1, True, False))
-    gd = _nhwc(_data((2, 3, 3, 2), dtype, 703))
+    gd = stored_channels_last(_data((2, 3, 3, 2), dtype, 703))
     yield ("nhwc/adaptive_avg_pool2d_backward/3x2",
            lambda: clpool.adaptive_avg_pool2d_backward(gd, x),
            lambda: ref.adaptive_avg_pool2d_backward(gd, x))
@@ -700,11 +699,6 @@ def pool3d_plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 FAMILIES += (pool3d_plane_cases,)
 
 
-def _ndhwc(a: np.ndarray) -> np.ndarray:
-    """`a` laid out channels-last-3d (NDHWC memory), which clpool uploads as it is."""
-    return np.ascontiguousarray(a.transpose(0, 2, 3, 4, 1)).transpose(0, 4, 1, 2, 3)
-
-
 def ndhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """The 3-D _strided kernels, tiny: channels-last-3d numpy inputs (3 channels: one per
     work-item; 4: four per work-item), gradients and indices (int32 and int64) so too, and
@@ -712,23 +706,23 @@ def ndhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     win = (2, 1, 1, (1, 2, 1), True)  # kernel_size, stride, padding, dilation, ceil_mode
     avg = (2, 1, 1, True, False, None)
     for c in (3, 4):
-        x = _ndhwc(_data((1, c, 2, 3, 4), dtype, 1200 + c, ties=True))
+        x = stored_channels_last(_data((1, c, 2, 3, 4), dtype, 1200 + c, ties=True))
         yield (f"ndhwc/max_pool3d_with_indices/c{c}",
                lambda x=x: clpool.max_pool3d_with_indices(x, *win),
                lambda x=x: ref.max_pool3d_with_indices(x, *win))
         yield (f"ndhwc/max_pool3d/c{c}", lambda x=x: clpool.max_pool3d(x, *win),
                lambda x=x: ref.max_pool3d(x, *win))
         out, idx = ref.max_pool3d_with_indices(x, *win)
-        g = _ndhwc(_data(out.shape, dtype, 1210 + c))
+        g = stored_channels_last(_data(out.shape, dtype, 1210 + c))
         for index in (np.int32, np.int64):
-            i = _ndhwc(idx.astype(index))
+            i = stored_channels_last(idx.astype(index))
             yield (f"ndhwc/max_pool3d_with_indices_backward/c{c}/{index.__name__}",
                    lambda g=g, x=x, i=i: clpool.max_pool3d_with_indices_backward(
                        g, x, *win, indices=i),
                    lambda g=g, x=x, i=idx: ref.max_pool3d_with_indices_backward(g, x, i, *win))
         yield (f"ndhwc/avg_pool3d/c{c}", lambda x=x: clpool.avg_pool3d(x, *avg),
                lambda x=x: ref.avg_pool3d(x, *avg))
-        ga = _ndhwc(_data(ref.avg_pool3d(x, *avg).shape, dtype, 1220 + c))
+        ga = stored_channels_last(_data(ref.avg_pool3d(x, *avg).shape, dtype, 1220 + c))
         yield (f"ndhwc/avg_pool3d_backward/c{c}",
                lambda g=ga, x=x: clpool.avg_pool3d_backward(g, x, *avg),
                lambda g=ga, x=x: ref.avg_pool3d_backward(g, x, *avg))
@@ -738,7 +732,7 @@ def ndhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
         yield (f"ndhwc/adaptive_avg_pool3d/global-c{c}",  # results' channels contiguous
                lambda x=x: clpool.adaptive_avg_pool3d(x, 1),
                lambda x=x: ref.adaptive_avg_pool3d(x, 1))
-        gd = _ndhwc(_data((1, c, 3, 2, 3), dtype, 1230 + c))
+        gd = stored_channels_last(_data((1, c, 3, 2, 3), dtype, 1230 + c))
         yield (f"ndhwc/adaptive_avg_pool3d_backward/c{c}",
                lambda g=gd, x=x: clpool.adaptive_avg_pool3d_backward(g, x),
                lambda g=gd, x=x: ref.adaptive_avg_pool3d_backward(g, x))

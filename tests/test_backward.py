@@ -21,6 +21,7 @@ from pool_cases import (
 import clpool
 from clpool import policy
 from clpool import reference as ref
+from clpool.shapes import stored_channels_last
 
 
 def _max_bw(g, x, idx, case_args, **kw):
@@ -459,11 +460,6 @@ def test_gpu_tiles_of_the_avg_backward_give_pytorchs_bits(device, tile):
             assert same_bits(got, plane), args
 
 
-def _channels_last(a: np.ndarray) -> np.ndarray:
-    """`a` (N, C, H, W) stored channels-last."""
-    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
-
-
 @pytest.mark.parametrize("rows", [1, 3, 8, 16])
 def test_gpu_adaptive_backward_gives_pytorchs_bits(device, rows):
     """The GPU's adaptive average backward of unequal cells, NCHW and channels-last, with
@@ -484,7 +480,9 @@ def test_gpu_adaptive_backward_gives_pytorchs_bits(device, rows):
         y.backward(torch.from_numpy(g))
         with policy.use(gpu=True, per_plane=False, rows=rows, cols=2):
             got = clpool.adaptive_avg_pool2d_backward(g, x)
-            nhwc = clpool.adaptive_avg_pool2d_backward(_channels_last(g), _channels_last(x))
+            nhwc = clpool.adaptive_avg_pool2d_backward(
+                stored_channels_last(g), stored_channels_last(x)
+            )
         with policy.use(per_plane=True):
             plane = clpool.adaptive_avg_pool2d_backward(g, x)
         if gpu:  # a GPU's float division need not round correctly (OpenCL: 2.5 ulp)

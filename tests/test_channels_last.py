@@ -16,6 +16,7 @@ from pool_cases import assert_close, check_result, data, default_queue, results,
 import clpool  # noqa: E402
 import clpool.torch as ct  # noqa: E402
 from clpool import launch, plans, policy  # noqa: E402
+from clpool.shapes import stored_channels_last  # noqa: E402
 
 CL = torch.channels_last
 aten = torch.ops.aten
@@ -213,7 +214,7 @@ def test_torch_modules_keep_channels_last_forward_and_backward(module, reference
 def _views(base: np.ndarray):
     """(name, device view, the same view on the host): strides other than channels-last."""
     on_device = cla.to_device(default_queue(), base)
-    host_nhwc = base.transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2)
+    host_nhwc = stored_channels_last(base)
     nhwc = cla.to_device(default_queue(), host_nhwc.transpose(0, 2, 3, 1)).transpose((0, 3, 1, 2))
     return [
         ("transposed-hw", on_device.transpose((0, 1, 3, 2)), base.transpose(0, 1, 3, 2)),

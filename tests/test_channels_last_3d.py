@@ -17,6 +17,7 @@ from pool_cases import assert_close, check_result, data, default_queue, results,
 import clpool  # noqa: E402
 import clpool.torch as ct  # noqa: E402
 from clpool import policy  # noqa: E402
+from clpool.shapes import stored_channels_last  # noqa: E402
 
 CL3 = torch.channels_last_3d
 aten = torch.ops.aten
@@ -127,7 +128,7 @@ def test_backward_channels_last_3d_matches_aten(formats, kind, channels, dtype):
 def _views(base: np.ndarray):
     """(name, device view, the same view on the host): strides other than dense NDHWC."""
     on_device = cla.to_device(default_queue(), base)
-    host_ndhwc = base.transpose(0, 2, 3, 4, 1).copy().transpose(0, 4, 1, 2, 3)
+    host_ndhwc = stored_channels_last(base)
     ndhwc = cla.to_device(default_queue(), host_ndhwc.transpose(0, 2, 3, 4, 1))
     ndhwc = ndhwc.transpose((0, 4, 1, 2, 3))
     return [
