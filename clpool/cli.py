@@ -35,7 +35,8 @@ def _table(headers: list[str], rows: Sequence[Sequence[object]]) -> str:
 @click.version_option(__version__, prog_name="clpool")
 @click.option("-v", "--verbose", is_flag=True, help="Show OpenCL compilers' warnings.")
 def main(verbose: bool) -> None:
-    """clpool: PyTorch's 2-D pooling ops as OpenCL kernels, on any OpenCL device."""
+    """clpool: PyTorch's pooling ops (1-D, 2-D and 3-D) as OpenCL kernels, on any OpenCL
+    device."""
     programs.announce = lambda what: click.echo(f"{what} (first use; cached after)", err=True)
     if verbose:
         os.environ["PYOPENCL_COMPILER_OUTPUT"] = "1"

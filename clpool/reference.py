@@ -1,5 +1,5 @@
-"""A float64 reference of the seven 2-D pooling ops and the seven 3-D ones, for checks
-and tests.
+"""A float64 reference of the pooling ops (2-D, 3-D, adaptive max and unpooling; the 1-D
+ops are the 2-D ones with H = 1), for checks and tests.
 
 Written from SPEC.md and PyTorch's ATen CPU code, independently of the OpenCL kernels
 and of clpool.shapes: plain loops over the output (forward) or scatters from the output
