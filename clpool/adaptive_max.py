@@ -104,6 +104,7 @@ def _plan_forward(
         p.specialize(tuned_as, (h * w, oh * ow), cells, w, n * c, ops._fixed_cells(p, cells))
     else:
         p.specialize("adaptive_max_pool_forward", _extents((d, h, w), (od, oh, ow)))
+        p.cell_bounds(d, h, w, od, oh, ow)
     out_shape = tuple(x.shape[:-rank]) + out
     p.output("out", out_shape)
     if with_indices:
@@ -208,6 +209,7 @@ def _plan_backward(
         p.arrays = [_fold(a) for a in p.arrays]
         return p.plan("grad_out", None, "indices")
     p.specialize("adaptive_max_pool_backward", _extents((d, h, w), (od, oh, ow)), planes=n * c)
+    p.cell_bounds(d, h, w, od, oh, ow)
     sizes: Scalars = dict(D=d, H=h, W=w, OD=od, OH=oh, OW=ow)
     # A CPU's plane per work-item, where cells do not outnumber the input's elements:
     # on Debian's PoCL, [8,256,14,14] to 7x7 11.3 -> 0.7 ms, [8,64,56,56] to 7x7 39 -> 0.55

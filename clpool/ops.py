@@ -433,6 +433,7 @@ def _plan_adaptive_forward(
     p.specialize(
         "adaptive_avg_pool2d_forward", (h * w, oh * ow), cells, constants=_fixed_cells(p, cells)
     )
+    p.cell_bounds(h, w, oh, ow)
     p.output("out", _unbatched((n, c, oh, ow), x.ndim), like=0)
     acc = np.dtype(np.float64 if p.dtype == np.float64 else np.float32)
     sizes: Scalars = dict(H=h, W=w, OH=oh, OW=ow)
@@ -513,6 +514,7 @@ def _plan_adaptive_backward(
         return p.plan("grad_out", None)
     if p.strided:
         p.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow))
+        p.cell_bounds(h, w, oh, ow)
         p.step_strided(
             "adaptive_avg_pool2d_backward_strided",
             {"grad_out": 0},
@@ -541,6 +543,7 @@ def _plan_adaptive_backward(
         )
     else:
         p.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow), planes=n * c)
+        p.cell_bounds(h, w, oh, ow)
         p.step_by_plane("adaptive_avg_pool2d_backward", (w, h, n * c), H=h, W=w, OH=oh, OW=ow)
     return p.plan("grad_out", None)
 

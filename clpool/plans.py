@@ -276,6 +276,12 @@ class Planner:
             options += [f"-DCLPOOL_PACK={pack}"] if pack else []
         self.options = tuple(options)
 
+    def cell_bounds(self, *sizes: int) -> None:
+        """Adaptive cell bounds in 64-bit division where an axis or its number of cells,
+        among `sizes`, reaches 46341 (clpool.h: the bounds' numerators then pass 2^31)."""
+        if max(sizes, default=0) >= 46341:
+            self.options += ("-DCLPOOL_LARGE_CELLS",)
+
     def kernel(self, name: str, own: bool = False) -> cl.Kernel:
         """The built kernel `name` of this call's program variant (`own`: an instance of
         its own)."""

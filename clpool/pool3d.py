@@ -424,6 +424,7 @@ def _plan_adaptive_forward(
     n, c, dhw = _split(x.shape)
     out = shapes.adaptive_output(tuple(dhw), output_size)
     _volumes(p, dhw, out)
+    p.cell_bounds(*dhw, *out)
     p.output("out", _unbatched((n, c, *out), x.ndim))
     _specialize(p, n * c * out[0])
     # C-contiguous, as ATen's; its global average is a mean, whose result follows a
@@ -463,6 +464,7 @@ def _plan_adaptive_backward(
     shapes.expect_shape("grad_output", grad.shape[:-3], x.shape[:-3])
     out = tuple(grad.shape[-3:])
     _volumes(p, dhw, out)
+    p.cell_bounds(*dhw, *out)
     p.output("grad_x", x.shape)
     d, h, w = dhw
     _specialize(p, n * c * d)

@@ -18,6 +18,8 @@
  *   -DCLPOOL_VEC8             bfloat16: those chunks 8 elements long (below)
  *   -DCLPOOL_PACK=2|4         bfloat16: tile rows stored 2 or 4 at a time (STORE_COLS)
  *   -DCLPOOL_NO_INDICES       max_pool2d: values only (max_pool.cl)
+ *   -DCLPOOL_NAN_APART        max_pool2d's values on a GPU, planes of one row (max_pool.cl)
+ *   -DCLPOOL_LARGE_CELLS      adaptive cell bounds in 64-bit division (below)
  *   -DCLPOOL_NO_LANES16       no 16-lane vector code at all: the per-plane CPU kernels
  *                             take one output (and store one element) at a time, and
  *                             adaptive_avg_pool2d_plane sums in 4-lane vectors. For PoCL 3.0
@@ -653,19 +655,23 @@ inline int nhwc_item(item_t *it, int C, int H, int W)
  * [cell_start(i, size, n), cell_end(i, size, n)) = [floor(i*size/n), ceil((i+1)*size/n));
  * the cells that contain position i of the axis are cell_start(i, n, size) ..
  * cell_end(i, n, size) - 1. scaled_bound is floor(i*size/n), or the ceiling when `up`:
- * while the operands are small a float quotient corrected by one step is exact (integer
- * division is slow on GPUs and does not vectorize on CPUs); larger ones take 64-bit
- * division. */
+ * for axes and cell counts below 46341 a float quotient corrected by one step is exact
+ * (integer division is slow on GPUs and does not vectorize on CPUs; on the H200 32-bit
+ * division made the gathers of unequal cells 3% slower); the host passes
+ * -DCLPOOL_LARGE_CELLS for larger ones, which divide in 64 bits (a test of the sizes at
+ * run time made those gathers 1.1-1.5x slower: [128,64,128,128] to 7x7, max 481 -> 533
+ * us, average 325 -> 478). */
 inline int scaled_bound(int i, int size, int n, int up)
 {
-    if (size < 46341 && n < 46341) {
-        uint num = (uint)i * (uint)size + (up ? (uint)(n - 1) : 0u);
-        uint q = (uint)((float)num / (float)n);
-        q -= q * (uint)n > num;
-        q += (q + 1) * (uint)n <= num;
-        return (int)q;
-    }
+#ifdef CLPOOL_LARGE_CELLS
     return (int)(((long)i * size + (up ? n - 1 : 0)) / n);
+#else
+    uint num = (uint)i * (uint)size + (up ? (uint)(n - 1) : 0u);
+    uint q = (uint)((float)num / (float)n);
+    q -= q * (uint)n > num;
+    q += (q + 1) * (uint)n <= num;
+    return (int)q;
+#endif
 }
 inline int cell_start(int i, int size, int n) { return scaled_bound(i, size, n, 0); }
 inline int cell_end(int i, int size, int n) { return scaled_bound(i + 1, size, n, 1); }

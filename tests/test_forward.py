@@ -130,6 +130,36 @@ def test_adaptive_cells_wider_than_a_block_match_reference():
                      1e-5, (shape, size))
 
 
+@pytest.mark.parametrize("gpu", [False, True])
+def test_adaptive_cells_of_long_axes_take_64_bit_bounds(device, build_options, gpu):
+    """An axis of 100,000 to 50,001 cells (the bounds' numerators pass 2^32): the adaptive
+    average and max ops and their backward, 2-D and 3-D, give PyTorch's values, built with
+    64-bit cell bounds; as the device plans them and as a GPU's (the gathers)."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional  # noqa: N806
+    rng = np.random.default_rng(1231)
+    x = rng.standard_normal((1, 2, 1, 100_000)).astype(np.float32)
+    g = rng.standard_normal((1, 2, 1, 50_001)).astype(np.float32)
+    t = torch.from_numpy(x).requires_grad_()
+    size, tol = (1, 50_001), 1e-6 if gpu else 0  # a GPU's division need not round correctly
+    with policy.use(gpu=gpu, per_plane=not gpu):
+        want = F.adaptive_avg_pool2d(t, size)
+        assert_close(clpool.adaptive_avg_pool2d(x, size), want.detach().numpy(), tol or 1e-7)
+        want.backward(torch.from_numpy(g))
+        got = clpool.adaptive_avg_pool2d_backward(g, x)
+        assert_close(got, t.grad.numpy(), tol or 1e-7)
+        t = torch.from_numpy(x).requires_grad_()
+        want, want_i = F.adaptive_max_pool2d(t, size, return_indices=True)
+        got, got_i = clpool.adaptive_max_pool2d(x, size, return_indices=True)
+        assert same_bits(got, want.detach().numpy()) and same_bits(got_i, want_i.numpy())
+        want.backward(torch.from_numpy(g))
+        assert same_bits(clpool.adaptive_max_pool2d_backward(g, x, got_i), t.grad.numpy())
+        x3 = x.reshape(1, 2, 100_000, 1, 1)
+        want = F.adaptive_avg_pool3d(torch.from_numpy(x3), (50_001, 1, 1)).numpy()
+        assert_close(clpool.adaptive_avg_pool3d(x3, (50_001, 1, 1)), want, tol or 1e-7)
+    assert any("-DCLPOOL_LARGE_CELLS" in o for o in build_options)
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_cpu_global_average_matches_reference(device, monkeypatch, launched, dtype):
     """Global average pooling as a CPU runs it, one work-item per plane summing 32 elements
