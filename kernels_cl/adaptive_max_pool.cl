@@ -8,10 +8,11 @@
 #define ADAPTIVE_MAX_SIZES                                                            \
     int D, int H, int W, int OD, int OH, int OW
 
-/* The arithmetic of the work-item layout, and of cell bounds worked out from one division
- * (a row's or a column's floor and ceiling): unsigned 32-bit unless the host passes -DCLPOOL_LARGE_PLANE
- * (it does where an axis's size times its output's size, or a volume, reaches 2^31), since
- * GPUs emulate 64-bit division in a long sequence of instructions. */
+/* The arithmetic of the work-item layout, and of the cell bounds worked out from one
+ * division (a row's or a column's floor and ceiling): unsigned 32-bit unless the host
+ * passes -DCLPOOL_LARGE_PLANE (it does where an axis's size times its output's size, or a
+ * volume, reaches 2^31), since GPUs emulate 64-bit division in a long sequence of
+ * instructions. */
 #ifdef CLPOOL_LARGE_PLANE
 typedef ulong bound_t;
 #else

@@ -81,9 +81,10 @@ inline acc_t window_sum(__global const elem_t *xp, int W, int h0, int h1, int w0
 #ifdef CLPOOL_KH
 /* The sum of an equal cell of CLPOOL_KH x CLPOOL_KW (at most 16 x 16 on a CPU, 8 x 8 on a
  * GPU; a plain sum of at most 256 elements in four lanes) from (h0, w0): the loops
- * unroll, so that all of its loads are in flight together (a GPU issues in order, and the loops of window_sum wait for memory
- * at every row: on the H200, 7x7 of [64,256,56,56] took 73 us through them; on this
- * project's CPU, cells of 16 x 16 took twice as long through them). */
+ * unroll, so that all of its loads are in flight together (a GPU issues in order, and the
+ * loops of window_sum wait for memory at every row: on the H200, 7x7 of [64,256,56,56]
+ * took 73 us through them; on this project's CPU, cells of 16 x 16 took twice as long
+ * through them). */
 inline acc_t cell_sum(__global const elem_t *xp, int W, int h0, int w0)
 {
     acc4_t s = 0;

@@ -49,7 +49,7 @@
 /* With -DCLPOOL_NAN_APART (values only: the host's choice for planes of one row on a GPU,
  * where it paid) a forward tile takes the greater of its maximum and each tap, and keeps
  * each window's last NaN apart in best_i, putting it back before the store: the same
- * value, bit for bit (on the H200, max_pool1d k3 s2 of [64,256,4096]: 155.4 -> 118.2 us;
+ * value, bit for bit (on the H200, max_pool1d k3 s2 of [64,256,4096]: 156.1 -> 117.9 us;
  * 2-D windows gained nothing, k3 s1 lost: 326 -> 358 us). */
 #if defined(CLPOOL_NO_INDICES) && defined(CLPOOL_NAN_APART)
 typedef acc_t tile_index_t;
