@@ -119,6 +119,7 @@ _SHIFTED = """
     rng = np.random.default_rng(18)
     checked = []
     NP = {16: np.float16, 32: np.float32}
+    LARGE = "-DCLPOOL_LARGE_CELLS"  # the host's choice for such axes (Planner.cell_bounds)
 
     # adaptive forward: the last cells of an axis of AXIS elements, along W and along H
     for dtype in (16, 32):
@@ -133,7 +134,7 @@ _SHIFTED = """
                 dims, items, offs = (AXIS, 1, n_out, 1), (1, n_items, 1), (0, g0, 0)
             lo = cell(out_first, AXIS, n_out)[0]
             x = rng.integers(-8, 9, AXIS - lo).astype(NP[dtype])
-            k = kernel("adaptive_pool.cl", "shifted_adaptive_forward", opts(dtype, rows))
+            k = kernel("adaptive_pool.cl", "shifted_adaptive_forward", opts(dtype, rows, 1, LARGE))
             xb = to_device(x)
             ob = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 8 * (n_out - out_first))
             got = run(k, (xb, ob), dims, (lo, out_first), items, offs, ob,
@@ -158,7 +159,7 @@ _SHIFTED = """
             dims = (AXIS, 1, n_out, 1)
         o0 = cell(first_i, n_out, AXIS)[0]  # the first cell holding element first_i
         g = rng.standard_normal(n_out - o0).astype(np.float32)
-        k = kernel("adaptive_pool.cl", "shifted_adaptive_backward", opts(32, rows))
+        k = kernel("adaptive_pool.cl", "shifted_adaptive_backward", opts(32, rows, 1, LARGE))
         gb, xb = to_device(g), cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * (AXIS - first_i))
         got = run(k, (gb, xb), dims, (o0, first_i), items, offs, xb, AXIS - first_i, np.float32)
         want = np.zeros(AXIS - first_i)
