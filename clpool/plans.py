@@ -170,6 +170,18 @@ def _resolve(
     return Runtime(require(queue.device), queue.context, queue), False
 
 
+def row_vectors(width: int, tile_span: int, bf16: bool) -> tuple[str, ...]:
+    """The options that load a forward tile's rows as vectors (kernels_cl/clpool.h's
+    LOAD_ROW): where rows of `width` columns, a multiple of four, are read from multiples
+    of four columns (`tile_span`: the tile's columns times the stride); bfloat16 in chunks
+    of eight where both are multiples of eight. None otherwise."""
+    if width % 4 or tile_span % 4:
+        return ()
+    if bf16 and width % 8 == 0 and tile_span % 8 == 0:
+        return ("-DCLPOOL_VEC4", "-DCLPOOL_VEC8")
+    return ("-DCLPOOL_VEC4",)
+
+
 class Planner:
     """Builds the Plan of one call: its device and dtype, the build variant, the kernels it
     launches and the outputs it allocates."""
@@ -267,10 +279,9 @@ class Planner:
             options += [f"-DCLPOOL_{name}={value}" for name, value in sizes]
             if self.gpu:
                 options.append("-DCLPOOL_UNROLL")
-                if width is not None and width % 4 == 0 and self.cols * win.sw % 4 == 0:
-                    options += ["-DCLPOOL_VEC4", f"-DCLPOOL_PH={win.ph}", f"-DCLPOOL_PW={win.pw}"]
-                    if bf16 and width % 8 == 0 and self.cols * win.sw % 8 == 0:
-                        options.append("-DCLPOOL_VEC8")
+                vectors = row_vectors(width, self.cols * win.sw, bf16) if width else ()
+                if vectors:
+                    options += [*vectors, f"-DCLPOOL_PH={win.ph}", f"-DCLPOOL_PW={win.pw}"]
         if bf16 and self.gpu and row is not None and self.family in TILED_FAMILIES:
             pack = next((n for n in (4, 2) if self.cols % n == 0 and row % n == 0), None)
             options += [f"-DCLPOOL_PACK={pack}"] if pack else []

@@ -59,9 +59,11 @@ TILES = {
         "max_pool3d_forward": (2, 2),
         "max_pool3d_values": (2, 2),
         "max_pool3d_backward": (2, 2),
-        # the average ops' best measured without depths (H200, [8,64,16,56,56] k3 s2 p1:
-        # 73 -> 55 us and 467 -> 71 us); with depths they were not timed
-        "avg_pool3d_forward": (4, 1),
+        # H200, [8,64,16,56,56] k3 s2 p1, rows loaded as vectors (a tile's columns times
+        # the stride a multiple of 4): with 2 depths, (2, 2) 50.9 us, (4, 1) 68.8, (2, 4)
+        # 80.8; with 1, (4, 1) 56.1 (one column of stride 2: no vectors), (2, 2) 88.6
+        "avg_pool3d_forward": (2, 2),
+        # the best measured without depths (same case: 467 -> 71 us)
         "avg_pool3d_backward": (2, 4),
         # Forward unmeasured on the H200 yet: two rows share a work-item's column bounds.
         "adaptive_max_pool_forward": (2, 1),

@@ -13,6 +13,7 @@ import numpy.typing as npt
 import pyopencl as cl
 
 from . import kernels, plans, shapes
+from .bfloat16 import is_bfloat16
 from .errors import PoolArgumentError, Problem, Where, reporting
 from .ops import (
     _backward_planner,
@@ -32,7 +33,7 @@ DEPTHS = {
     "max_pool3d_forward": 2,
     "max_pool3d_values": 2,
     "max_pool3d_backward": 2,
-    "avg_pool3d_forward": 1,
+    "avg_pool3d_forward": 2,
     "avg_pool3d_backward": 1,
 }
 
@@ -99,6 +100,8 @@ def _specialize(
     depths = DEPTHS.get(tuned_as, 1) if unrolled else 1
     if depths > 1:
         p.options += (f"-DCLPOOL_3D_DEPTHS={depths}",)
+    if unrolled and "backward" not in tuned_as:
+        p.options += plans.row_vectors(dhw[2], p.cols * win.s[2], is_bfloat16(p.dtype))
     return depths
 
 

@@ -189,9 +189,25 @@ inline int tile_start(uint dim, int per_item, int size)
 #define SHORT_SPAN 256
 #ifdef CLPOOL_KH
 #define SHORT_ROWS ((CLPOOL_ROWS - 1) * CLPOOL_SH + (CLPOOL_KH - 1) * CLPOOL_DH < SHORT_SPAN)
-#define SHORT_COLS ((CLPOOL_COLS - 1) * CLPOOL_SW + (CLPOOL_KW - 1) * CLPOOL_DW < SHORT_SPAN)
 #else
 #define SHORT_ROWS 0
+#endif
+/* The width axis' window sizes where they are constants: the 2-D kernels' or the 3-D
+ * kernels' (pool3d.cl); its padding only with -DCLPOOL_VEC4. */
+#if defined(CLPOOL_KH)
+#define ROW_KW CLPOOL_KW
+#define ROW_SW CLPOOL_SW
+#define ROW_DW CLPOOL_DW
+#define ROW_PW CLPOOL_PW
+#elif defined(CLPOOL_3D_KD)
+#define ROW_KW CLPOOL_3D_KW
+#define ROW_SW CLPOOL_3D_SW
+#define ROW_DW CLPOOL_3D_DW
+#define ROW_PW CLPOOL_3D_PW
+#endif
+#ifdef ROW_KW
+#define SHORT_COLS ((CLPOOL_COLS - 1) * ROW_SW + (ROW_KW - 1) * ROW_DW < SHORT_SPAN)
+#else
 #define SHORT_COLS 0
 #endif
 
@@ -210,8 +226,8 @@ inline int tile_start(uint dim, int per_item, int size)
 #else
 #define VEC_N 4
 #endif
-#define TILE_SPAN_W ((CLPOOL_COLS - 1) * CLPOOL_SW + (CLPOOL_KW - 1) * CLPOOL_DW + 1)
-#define VEC4_LEAD ((VEC_N - CLPOOL_PW % VEC_N) % VEC_N)
+#define TILE_SPAN_W ((CLPOOL_COLS - 1) * ROW_SW + (ROW_KW - 1) * ROW_DW + 1)
+#define VEC4_LEAD ((VEC_N - ROW_PW % VEC_N) % VEC_N)
 #define VEC4_CHUNKS ((VEC4_LEAD + TILE_SPAN_W + VEC_N - 1) / VEC_N)
 #ifdef CLPOOL_VEC8
 #define LOAD_ROW(seg, xp, h, W, ws)                                                   \

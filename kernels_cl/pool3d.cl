@@ -129,7 +129,8 @@ inline int no_tap(int t, int start, int n, int s, int k, int d, int size)
 
 /* The forward walk over the input of the tile of windows starting at (ds, hs, ws) in the
  * volume xp: FOLD for each element v, at offset `at` in the volume, and each window
- * (i, r, c) of the tile that taps it. */
+ * (i, r, c) of the tile that taps it. With -DCLPOOL_VEC4 (the host's choice on a GPU, as
+ * for the 2-D forwards: clpool.h's LOAD_ROW) a row's columns load as vload4 chunks. */
 #define WALK_TILE3D(xp, ds, hs, ws, FOLD)                                           \
     tap_range wd_ = tile_walk(ds, CLPOOL_3D_DEPTHS, sd, kd, dd, D),                 \
               wh_ = tile_walk(hs, CLPOOL_ROWS, sh, kh, dh, H),                      \
@@ -142,11 +143,12 @@ inline int no_tap(int t, int start, int n, int s, int k, int d, int size)
             if (no_tap(t_, hs, CLPOOL_ROWS, sh, kh, dh, H))                         \
                 continue;                                                           \
             pos_t row_ = (depth_ + t_) * W + (ws);                                  \
+            LOAD_ROW(seg_, xp, depth_ + t_, W, ws)                                  \
             UNROLL for (int u_ = ww_.first; u_ < ww_.end; u_ += ww_.step) {         \
                 if (no_tap(u_, ws, CLPOOL_COLS, sw, kw, dw, W))                     \
                     continue;                                                       \
                 pos_t at = row_ + u_;                                               \
-                acc_t v = LOAD(xp, at);                                             \
+                acc_t v = ROW_VALUE(seg_, xp, depth_ + t_, W, ws, u_);              \
                 FOR_TILE(i, r, c)                                                   \
                     if (TILE_TAP(q_, i, CLPOOL_3D_DEPTHS, sd, kd, dd)               \
                         && TILE_TAP(t_, r, CLPOOL_ROWS, sh, kh, dh)                 \

@@ -632,6 +632,7 @@ WINDOWS_3D = [
     ("dilation-misses", (1, 1, 2, 3, 3), 2, 1, 1, (3, 1, 2), False),
     ("unbatched", (2, 3, 3, 4), 2, 1, 0, 1, True),
     ("batch-0", (0, 2, 3, 3, 3), 2, 1, 0, 1, False),
+    ("vector-rows", (1, 2, 3, 4, 12), 3, 2, 1, 1, True),  # a GPU's rows as vload4 chunks
 ]
 ADAPTIVE_3D = (2, 3, 4)  # down along D, up along W
 

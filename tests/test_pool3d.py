@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl.array as cla
 import pytest
-from pool_cases import fresh_queue
+from pool_cases import fresh_queue, same_bits
 
 import clpool
 from clpool import policy, pool3d
@@ -263,6 +263,48 @@ def test_tiles_give_the_results_of_one_output_per_work_item_bit_for_bit(case, ti
             got = _all_window_ops(x, g, cases[case], avg)
         for a, b in zip(got, want, strict=True):
             assert a.tobytes() == b.tobytes()
+
+
+# Windows whose tiles start at multiples of four columns of rows of a multiple of four, as
+# a GPU plans them: (shape, kernel_size, stride, padding, dilation, ceil_mode, tile columns,
+# dtype). Few: a CPU driver takes seconds to build each unrolled 3-D max program.
+VECTOR_CASES = [((2, 3, 5, 6, 8), 3, 2, 1, 1, False, 2, "float32"),
+                ((1, 2, 3, 4, 8), 3, 1, 1, 1, False, 4, "float32"),
+                ((1, 3, 6, 4, 12), 3, (1, 2, 2), 1, 2, True, 2, "float32"),
+                ((1, 2, 3, 3, 20), (2, 3, 5), (1, 2, 4), (1, 1, 2), 1, True, 1, "float32"),
+                ((2, 2, 3, 5, 16), 3, 2, 1, 1, True, 4, "bfloat16"),
+                ((1, 1, 4, 4, 8), 3, 2, 0, 1, True, 2, "bfloat16")]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", VECTOR_CASES)
+def test_forward_tiles_load_rows_as_vectors_and_give_the_same_bits(case, build_options):
+    """The forwards of a GPU's tiles load rows as vectors (-DCLPOOL_VEC4; bfloat16 in eights,
+    -DCLPOOL_VEC8, where the row and the tile's start allow) and give the bits of a
+    work-item per output without vectors; NaN, ties and -inf included."""
+    shape, k, s, p, d, ceil, cols, dtype = case
+    bf16 = dtype == "bfloat16"
+    dt = np.dtype(pytest.importorskip("ml_dtypes").bfloat16) if bf16 else np.dtype(dtype)
+    rng = np.random.default_rng(cols)
+    x = (_data(shape, np.float32, cols) + rng.random(shape, np.float32)).astype(dt)
+    x.reshape(-1)[::7] = np.nan
+    x.reshape(-1)[3::11] = -np.inf
+
+    def ops():
+        v, i = clpool.max_pool3d_with_indices(x, k, s, p, d, ceil)
+        return [v, i, clpool.max_pool3d(x, k, s, p, d, ceil),
+                clpool.avg_pool3d(x, k, s, p, ceil)]  # fmt: skip
+
+    with policy.use(gpu=False, rows=1, cols=1, per_plane=False):
+        want = ops()
+    build_options.clear()
+    with policy.use(gpu=True, per_plane=False, rows=2, cols=cols):
+        got = ops()
+    vectors = [o for o in build_options if "-DCLPOOL_VEC4" in o]
+    assert len(vectors) == 3  # max with indices, max values, average
+    eights = sum("-DCLPOOL_VEC8" in o for o in vectors)
+    assert eights == (3 if bf16 and cols * _triple(s)[2] % 8 == 0 else 0)
+    for a, b in zip(got, want, strict=True):
+        assert same_bits(a, b)
 
 
 # ---------------------------------------------------------------- one work-item per volume
