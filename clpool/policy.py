@@ -69,8 +69,10 @@ TILES = {
         "adaptive_max_pool_forward": (2, 1),
         # H200, [128,64,128,128] to 7x7: 2 rows 1,009 us, 16 rows 486 us
         "adaptive_max_pool_backward": (16, 1),
-        # rows of owners per work-item: H200, [32,64,56,56] to 112x112, 1 row 74 us, 4 rows 70
-        "max_unpool_tile": (4, 1),
+        # rows of owners per work-item: H200, [32,64,56,56] to 112x112, a work-item per
+        # column of owners: 1 row 64.7 us, 2 rows 67.8, 4 rows 70.7, 8 rows 79.3 (a
+        # work-item per output column, as before: 4 rows 71.2)
+        "max_unpool_tile": (1, 1),
         # bfloat16 (16-bit elements: twice the columns for the same bytes per load and
         # store; k3 s2 of [128,64,128,128] on the H200, BENCHMARKS.md)
         "max_pool2d_values bfloat16": (4, 4),

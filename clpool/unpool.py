@@ -194,7 +194,8 @@ def _plan_forward(
         p.rows = p.policy.tile(p.rt.device, "max_unpool_tile")[0]
         sizes = {name: axes[name] for name in ("IH", "IW", "OH", "OW")}
         rows = -(-axes["OH"] // axes["sh"])  # rows of owners, the last maybe of none
-        p.step("max_unpool_tile", (axes["OW"], rows, planes), IP=ip, OP=op, **sizes)
+        columns = -(-axes["OW"] // axes["sw"])  # columns of owners, the last maybe of none
+        p.step("max_unpool_tile", (columns, rows, planes), IP=ip, OP=op, **sizes)
     elif planes and op and gather:
         axes = _axes(tuple(p.arrays[0].shape[-spatial:]), out_shape[-spatial:], window)
         rows = axes["ID"] * axes["IH"]

@@ -109,20 +109,20 @@ __kernel void max_unpool_window(__global const elem_t *restrict x,
 
 /* The fast path where the windows tile the output plane (1-D and 2-D; kernel size =
  * stride, -DCLPOOL_UNPOOL_SH and -DCLPOOL_UNPOOL_SW, no padding): an output's owner is the
- * one input whose window holds it (none past the last window). One work-item per output
- * column (dimension 0) and CLPOOL_ROWS rows of owners (dimension 1): each of the SH output
- * rows of an owner row is the owner's value where its index names that output, else 0.
- * The work-items of a window's first column check its index: flag bit 1 outside the
- * plane, bit 2 outside the window (then the caller runs clear, claim and scatter). */
+ * one input whose window holds it (none past the last window). One work-item per column
+ * of owners (dimension 0) and CLPOOL_ROWS rows of them (dimension 1): each output of an
+ * owner's window is the owner's value where its index names that output, else 0. Each
+ * work-item checks its owners' indices: flag bit 1 outside the plane, bit 2 outside the
+ * window (then the caller runs clear, claim and scatter). */
 __kernel void max_unpool_tile(__global const elem_t *restrict x,
                               __global const index_t *restrict indices,
                               __global elem_t *restrict out, __global int *restrict flag,
                               UNPOOL_SIZES, int IH, int IW, int OH, int OW)
 {
-    int jw = (int)get_global_id(0), oh0 = (int)get_global_id(1) * CLPOOL_ROWS;
-    if (jw >= OW)
+    int ow = (int)get_global_id(0), oh0 = (int)get_global_id(1) * CLPOOL_ROWS;
+    int jw0 = ow * CLPOOL_UNPOOL_SW;
+    if (jw0 >= OW)
         return;
-    int ow = jw / CLPOOL_UNPOOL_SW, first = jw == ow * CLPOOL_UNPOOL_SW;
     long in0 = PLANE_ID() * IP, out0 = PLANE_ID() * OP;
     index_t at[CLPOOL_ROWS];
     COPY_T v[CLPOOL_ROWS];
@@ -130,13 +130,13 @@ __kernel void max_unpool_tile(__global const elem_t *restrict x,
         int oh = oh0 + r, owned = oh < IH && ow < IW;
         at[r] = owned ? indices[in0 + oh * IW + ow] : -1;
         v[r] = owned ? COPY_LOAD(x, in0 + oh * IW + ow) : (COPY_T)0;
-        if (owned && first && (at[r] < 0 || (long)at[r] >= OP)) {
+        if (owned && (at[r] < 0 || (long)at[r] >= OP)) {
             atomic_or((volatile __global int *)flag, 1);
-        } else if (owned && first) {
-            int d = (int)at[r] - oh * CLPOOL_UNPOOL_SH * OW - jw, inside = 0;
+        } else if (owned) {
+            int d = (int)at[r] - oh * CLPOOL_UNPOOL_SH * OW - jw0, inside = 0;
             for (int u = 0; u < CLPOOL_UNPOOL_SH; ++u) { /* a row past OH: at >= OP */
                 int e = d - u * OW; /* the index's column offset in window row u */
-                inside |= e >= 0 && e < CLPOOL_UNPOOL_SW && jw + e < OW;
+                inside |= e >= 0 && e < CLPOOL_UNPOOL_SW && jw0 + e < OW;
             }
             if (!inside)
                 atomic_or((volatile __global int *)flag, 2);
@@ -144,13 +144,16 @@ __kernel void max_unpool_tile(__global const elem_t *restrict x,
     }
     for (int r = 0; r < CLPOOL_ROWS; ++r)
         for (int u = 0; u < CLPOOL_UNPOOL_SH; ++u) {
-            int jh = (oh0 + r) * CLPOOL_UNPOOL_SH + u, j = jh * OW + jw;
+            int jh = (oh0 + r) * CLPOOL_UNPOOL_SH + u;
             if (jh >= OH)
                 break;
-            if (at[r] == j)
-                COPY_STORE(out, out0 + j, v[r]);
-            else
-                STORE(out, out0 + j, (acc_t)0);
+            for (int e = 0; e < CLPOOL_UNPOOL_SW && jw0 + e < OW; ++e) {
+                int j = jh * OW + jw0 + e;
+                if (at[r] == j)
+                    COPY_STORE(out, out0 + j, v[r]);
+                else
+                    STORE(out, out0 + j, (acc_t)0);
+            }
         }
 }
 
