@@ -158,8 +158,9 @@ def _plan_max_forward(
         p.output("indices", out_shape, np.dtype(f"int{p.index_bits}"), like=0)
     else:
         p.options += ("-DCLPOOL_NO_INDICES",)
-        # planes of one row (max_pool1d): the GPU tile keeps NaN apart (max_pool.cl)
-        p.options += ("-DCLPOOL_NAN_APART",) if p.gpu and h == 1 else ()
+        # planes of one row (max_pool1d): the GPU tile keeps NaN apart (max_pool.cl; the
+        # _strided kernel does not read the option, so a strided input is built without it)
+        p.options += ("-DCLPOOL_NAN_APART",) if p.gpu and h == 1 and not p.strided else ()
     slots = None if with_indices else {"indices": "out"}  # a placeholder, untouched
     if n * c and p.strided:
         p.step_strided(

@@ -85,6 +85,21 @@ def test_a_gpu_tile_of_one_row_takes_its_rows_as_columns(device, build_options):
     )
 
 
+def test_a_strided_1d_input_builds_its_strided_kernel_without_nan_apart(device, build_options):
+    """-DCLPOOL_NAN_APART is the GPU tile's option: a strided input runs the _strided
+    kernel, which does not read it, so its program is built without it (no second variant
+    of the same program)."""
+    base = np.arange(3 * 2 * 40, dtype=np.float32).reshape(3, 2, 40)
+    base[1, 0, 5] = np.nan
+    view = cla.to_device(fresh_queue(device), base).transpose((1, 0, 2))
+    with policy.use(gpu=True, per_plane=False):
+        got = clpool.max_pool1d(view, 3, 2).get()
+    want = F.max_pool1d(torch.from_numpy(np.ascontiguousarray(base.transpose(1, 0, 2))), 3, 2)
+    assert same_bits(got, want.numpy())
+    built = [o for o in build_options if "-DCLPOOL_NO_INDICES" in o]
+    assert built and not any("-DCLPOOL_NAN_APART" in o for o in built)
+
+
 def test_a_backward_whose_grad_output_has_one_row_keeps_its_tile(device, build_options):
     """A GPU's gradient of 1 x 1 cells (a grad_output plane of one row) is tiled as its
     input's plane of many rows, not as a 1-D op's (on the H200, [32,64,112,112] from 1 x 1
