@@ -170,14 +170,14 @@ def _resolve(
     return Runtime(require(queue.device), queue.context, queue), False
 
 
-def row_vectors(width: int, tile_span: int, bf16: bool) -> tuple[str, ...]:
+def row_vectors(width: int, tile_step: int, bf16: bool) -> tuple[str, ...]:
     """The options that load a forward tile's rows as vectors (kernels_cl/clpool.h's
     LOAD_ROW): where rows of `width` columns, a multiple of four, are read from multiples
-    of four columns (`tile_span`: the tile's columns times the stride); bfloat16 in chunks
-    of eight where both are multiples of eight. None otherwise."""
-    if width % 4 or tile_span % 4:
+    of four columns (`tile_step`: the tile's columns times the stride, from one tile to the
+    next); bfloat16 in chunks of eight where both are multiples of eight. None otherwise."""
+    if width % 4 or tile_step % 4:
         return ()
-    if bf16 and width % 8 == 0 and tile_span % 8 == 0:
+    if bf16 and width % 8 == 0 and tile_step % 8 == 0:
         return ("-DCLPOOL_VEC4", "-DCLPOOL_VEC8")
     return ("-DCLPOOL_VEC4",)
 
@@ -279,7 +279,7 @@ class Planner:
             options += [f"-DCLPOOL_{name}={value}" for name, value in sizes]
             if self.gpu:
                 options.append("-DCLPOOL_UNROLL")
-                vectors = row_vectors(width, self.cols * win.sw, bf16) if width else ()
+                vectors = row_vectors(width, self.cols * win.sw, bf16) if width is not None else ()
                 if vectors:
                     options += [*vectors, f"-DCLPOOL_PH={win.ph}", f"-DCLPOOL_PW={win.pw}"]
         if bf16 and self.gpu and row is not None and self.family in TILED_FAMILIES:

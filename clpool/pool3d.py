@@ -67,8 +67,9 @@ def _specialize(
     """32-bit splits of the kernel's `rows` (dimension 2) below 2^32 of them, the window's
     sizes as compile-time constants where every one is small (never with
     CLPOOL_SPECIALIZE=0; on a GPU its loops unroll then), and the tile per work-item of a
-    windowed kernel tuned as `tuned_as` on a volume `dhw` (kernels_cl/pool3d.cl); returns
-    the tile's depths. A backward kernel over `volumes` volumes runs one work-item per
+    windowed kernel tuned as `tuned_as` on a volume `dhw` (kernels_cl/pool3d.cl), whose
+    forwards then load rows as vectors where plans.row_vectors allows; returns the tile's
+    depths. A backward kernel over `volumes` volumes runs one work-item per
     volume where the policy says so (p.by_plane: no tile)."""
     pol = p.policy
     p.by_plane = volumes is not None and pol.by_plane(p.rt.device, p.dtype, volumes, True)
@@ -100,7 +101,7 @@ def _specialize(
     depths = DEPTHS.get(tuned_as, 1) if unrolled else 1
     if depths > 1:
         p.options += (f"-DCLPOOL_3D_DEPTHS={depths}",)
-    if unrolled and "backward" not in tuned_as:
+    if unrolled:  # read by the forwards only; the backward builds the same program
         p.options += plans.row_vectors(dhw[2], p.cols * win.s[2], is_bfloat16(p.dtype))
     return depths
 

@@ -178,9 +178,9 @@ def _plan_forward(
     queue: cl.CommandQueue | None,
 ) -> plans.Plan:
     """The fast path's plan (inputs x, indices and the queue's flag, output out): the
-    window gather (an output per work-item from its one owner where the windows tile the
-    output), or on a CPU one work-item per plane; or clear, claim and scatter's (inputs x
-    and indices, outputs out, owner and flag)."""
+    window gather (where the windows tile the output, a work-item per column of owners
+    writing each owner's window), or on a CPU one work-item per plane; or clear, claim and
+    scatter's (inputs x and indices, outputs out, owner and flag)."""
     p, out_shape, planes, ip, op = _planner(where, arrays, spatial, window, device, queue)
     p.output("out", out_shape)
     if not gather:

@@ -14,7 +14,8 @@
  *   -DCLPOOL_LARGE_PLANE      64-bit offsets and areas inside a plane (below)
  *   -DCLPOOL_KH=.. .. -DCLPOOL_DW=..   window sizes as constants (below)
  *   -DCLPOOL_UNROLL           unroll the loops over such a window (below)
- *   -DCLPOOL_VEC4 -DCLPOOL_PH=.. -DCLPOOL_PW=..   forward rows as vload4 chunks (below)
+ *   -DCLPOOL_VEC4 -DCLPOOL_PH=.. -DCLPOOL_PW=..   forward rows as vload4 chunks (below; the
+ *                             3-D forwards take their padding from -DCLPOOL_3D_PW..)
  *   -DCLPOOL_VEC8             bfloat16: those chunks 8 elements long (below)
  *   -DCLPOOL_PACK=2|4         bfloat16: tile rows stored 2 or 4 at a time (STORE_COLS)
  *   -DCLPOOL_NO_INDICES       max_pool2d: values only (max_pool.cl)
@@ -193,7 +194,7 @@ inline int tile_start(uint dim, int per_item, int size)
 #define SHORT_ROWS 0
 #endif
 /* The width axis' window sizes where they are constants: the 2-D kernels' or the 3-D
- * kernels' (pool3d.cl); its padding only with -DCLPOOL_VEC4. */
+ * kernels' (-DCLPOOL_3D_KW.., pool3d.cl); the 2-D padding only with -DCLPOOL_VEC4. */
 #if defined(CLPOOL_KH)
 #define ROW_KW CLPOOL_KW
 #define ROW_SW CLPOOL_SW
@@ -211,13 +212,14 @@ inline int tile_start(uint dim, int per_item, int size)
 #define SHORT_COLS 0
 #endif
 
-/* Rows of a forward tile's input. A work-item reads columns ws .. ws + TILE_SPAN_W - 1 of
- * each row it needs. With -DCLPOOL_VEC4 (window sizes and padding as constants, W % 4 == 0
- * and CLPOOL_COLS * CLPOOL_SW % 4 == 0, so that ws % 4 is the constant VEC4_LEAD) it loads
- * them as aligned vload4 chunks into seg[] first, each chunk wholly inside the row or
- * wholly outside it: a quarter of the load instructions (on the H200, max k3 s1
- * [128,64,128,128]: 552 -> 334 us). ROW_VALUE(u) is column ws + u of row h. bfloat16 with
- * -DCLPOOL_VEC8 as well (W % 8 == 0, CLPOOL_COLS * CLPOOL_SW % 8 == 0) loads chunks of 8,
+/* Rows of a forward tile's input (2-D, and the 3-D walk of pool3d.cl). A work-item reads
+ * columns ws .. ws + TILE_SPAN_W - 1 of each row it needs. With -DCLPOOL_VEC4 (window sizes
+ * and padding as constants, W % 4 == 0 and CLPOOL_COLS * ROW_SW % 4 == 0, so that ws % 4 is
+ * the constant VEC4_LEAD) it loads them as aligned vload4 chunks into seg[] first, each
+ * chunk wholly inside the row or wholly outside it: a quarter of the load instructions (on
+ * the H200, max k3 s1 [128,64,128,128]: 552 -> 334 us; max_pool3d k3 s2 [8,64,16,56,56]:
+ * 51.6 -> 48.0 us). ROW_VALUE(u) is column ws + u of row h. bfloat16 with
+ * -DCLPOOL_VEC8 as well (W % 8 == 0, CLPOOL_COLS * ROW_SW % 8 == 0) loads chunks of 8,
  * as many bytes as a float's vload4 (LOAD8; k3 s2 [128,64,128,128], tile (2, 4): avg
  * 121 -> 109 us, BENCHMARKS.md). */
 #if defined(CLPOOL_VEC4) && SHORT_COLS

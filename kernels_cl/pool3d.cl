@@ -130,7 +130,8 @@ inline int no_tap(int t, int start, int n, int s, int k, int d, int size)
 /* The forward walk over the input of the tile of windows starting at (ds, hs, ws) in the
  * volume xp: FOLD for each element v, at offset `at` in the volume, and each window
  * (i, r, c) of the tile that taps it. With -DCLPOOL_VEC4 (the host's choice on a GPU, as
- * for the 2-D forwards: clpool.h's LOAD_ROW) a row's columns load as vload4 chunks. */
+ * for the 2-D forwards: clpool.h's LOAD_ROW) a row's columns load as vload4 chunks
+ * (bfloat16 with -DCLPOOL_VEC8: chunks of 8). */
 #define WALK_TILE3D(xp, ds, hs, ws, FOLD)                                           \
     tap_range wd_ = tile_walk(ds, CLPOOL_3D_DEPTHS, sd, kd, dd, D),                 \
               wh_ = tile_walk(hs, CLPOOL_ROWS, sh, kh, dh, H),                      \

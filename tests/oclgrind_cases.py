@@ -463,7 +463,8 @@ def bfloat16_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 
 def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """bfloat16's GPU tiles (planned as for a GPU): rows loaded 8 elements at a time and
-    tile rows stored 4 at a time (-DCLPOOL_VEC8, -DCLPOOL_PACK=4), row tails included."""
+    tile rows stored 4 at a time (-DCLPOOL_VEC8, -DCLPOOL_PACK=4), row tails included; the
+    3-D forwards' rows in chunks of 8."""
     y = _data((1, 2, 7, 16), dtype, 901, ties=True)
     g = _data((1, 2, 4, 8), dtype, 902)
     out, idx = ref.max_pool2d_with_indices(y, 3, 2, 1)
@@ -478,6 +479,16 @@ def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("gpu/avg_pool2d_backward/wide",
            _as_gpu(lambda: clpool.avg_pool2d_backward(g, y, 3, 2, 1)),
            lambda: ref.avg_pool2d_backward(g, y, 3, 2, 1))
+    v = _data((1, 2, 3, 4, 16), dtype, 903, ties=True)  # 3-D rows in chunks of 8: 4 columns
+
+    def wide3d(op):
+        with policy.use(gpu=True, cols=4):
+            return op(v, 3, 2, 1)
+
+    yield ("gpu/max_pool3d/wide", lambda: wide3d(clpool.max_pool3d),
+           lambda: ref.max_pool3d(v, 3, 2, 1))
+    yield ("gpu/avg_pool3d/wide", lambda: wide3d(clpool.avg_pool3d),
+           lambda: ref.avg_pool3d(v, 3, 2, 1))
 
 
 def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None:
