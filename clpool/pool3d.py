@@ -101,7 +101,9 @@ def _specialize(
     depths = DEPTHS.get(tuned_as, 1) if unrolled else 1
     if depths > 1:
         p.options += (f"-DCLPOOL_3D_DEPTHS={depths}",)
-    if unrolled:  # read by the forwards only; the backward builds the same program
+    # Read by the forwards only; a backward takes them too, so that one whose tile is its
+    # forward's (max pooling's) builds the forward's program.
+    if unrolled:
         p.options += plans.row_vectors(dhw[2], p.cols * win.s[2], is_bfloat16(p.dtype))
     return depths
 
