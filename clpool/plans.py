@@ -239,7 +239,8 @@ class Planner:
         constants where `constants` says so, by default for a small window or a backward
         one whose windows overlap at most twice (never with CLPOOL_SPECIALIZE=0).
 
-        On a GPU the loops over such a window unroll, and a forward kernel passes its
+        On a GPU the padding is a constant too and the loops over such a window unroll
+        (a backward tile's window walk folds only then), and a forward kernel passes its
         input `width`: a small window whose tiles start at multiples of four columns of a
         row of a multiple of four then loads rows as vectors (bfloat16: of eight where
         they start at multiples of eight). A bfloat16 tiled kernel on a GPU passes the
@@ -278,10 +279,9 @@ class Planner:
             )
             options += [f"-DCLPOOL_{name}={value}" for name, value in sizes]
             if self.gpu:
-                options.append("-DCLPOOL_UNROLL")
-                vectors = row_vectors(width, self.cols * win.sw, bf16) if width is not None else ()
-                if vectors:
-                    options += [*vectors, f"-DCLPOOL_PH={win.ph}", f"-DCLPOOL_PW={win.pw}"]
+                options += ["-DCLPOOL_UNROLL", f"-DCLPOOL_PH={win.ph}", f"-DCLPOOL_PW={win.pw}"]
+                if width is not None:
+                    options += row_vectors(width, self.cols * win.sw, bf16)
         if bf16 and self.gpu and row is not None and self.family in TILED_FAMILIES:
             pack = next((n for n in (4, 2) if self.cols % n == 0 and row % n == 0), None)
             options += [f"-DCLPOOL_PACK={pack}"] if pack else []

@@ -38,13 +38,18 @@ TILES = {
         # planes of one row (max_pool1d), [64,256,4096] k3 s2: 1 x 4 156.3 us, 1 x 8 304.8
         "max_pool2d_values row": (1, 4),
         "max_pool2d_values s1": (4, 4),
+        # k3 s2 of [32,64,112,112], windows walked per tile (padding constant): (4, 2)
+        # 55.4 us, (8, 2) 59.3, (4, 4) 61.0, (8, 4) 67.4, (2, 4) 70.0; the other shapes
+        # not swept, so (8, 2) stays
         "max_pool2d_backward": (8, 2),
         "avg_pool2d_forward": (2, 2),
         "avg_pool2d_forward s1": (4, 2),
-        # k3 s2 of [32,64,112,112]: 68.2 us with (4, 2), 55.5 with (4, 4) (windows walked
-        # as the 3-D backward does, coverage folded at build time); k2 s2 of
-        # [64,256,56,56]: 102.1 with (4, 2), 131.9 with (4, 4)
-        "avg_pool2d_backward": (4, 4),
+        # k3 s2 of [32,64,112,112], with the padding constant (the window walk folds):
+        # (4, 2) 42.1 us, (8, 2) 46.6, (2, 2) 50.3, (4, 4) 58.6, (2, 4) 72.7; of
+        # [128,64,128,128]: (4, 2) 179.2, (8, 2) 190.9, (4, 4) 241.7. k2 s2 of
+        # [64,256,56,56] (tiling): 102.1 with (4, 2), 131.9 with (4, 4); k3 s1 of
+        # [128,64,128,128]: (4, 4) 345.7, (4, 2) 431.3
+        "avg_pool2d_backward": (4, 2),
         "avg_pool2d_backward tiling": (4, 2),
         # planes of one row (avg_pool1d's backward): as before the 4 x 4 tile, not timed
         "avg_pool2d_backward row": (1, 8),
@@ -77,7 +82,10 @@ TILES = {
         # store; k3 s2 of [128,64,128,128] on the H200, BENCHMARKS.md)
         "max_pool2d_values bfloat16": (4, 4),
         "avg_pool2d_forward bfloat16": (2, 4),
-        "max_pool2d_backward bfloat16": (8, 4),
+        # max backward, the windows walked per tile: (4, 4) 183.7 us, (8, 4) 193.3, (2, 4)
+        # 199.0, (8, 2) 216.5, (4, 2) 221.0; avg backward: (4, 4) 138.9, (8, 4) 153.4,
+        # (2, 4) 169.5, (8, 2) 175.3, (4, 2) 178.9
+        "max_pool2d_backward bfloat16": (4, 4),
         "avg_pool2d_backward bfloat16": (4, 4),
         "adaptive_avg_pool2d_backward equal bfloat16": (32, 4),
     },

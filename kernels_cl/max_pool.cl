@@ -201,10 +201,11 @@ __kernel void max_pool2d_forward_plane(__global const elem_t *restrict x,
     }
 }
 
-/* grad_x[i] = sum of grad_out over the windows that can contain i and whose index
- * names i. An index naming no element of the plane matches nothing. Gradients are
- * loaded whether they match or not, so that the loads issue together; each candidate
- * window is loaded once for the work-item's columns. */
+/* grad_x[i] = sum, in ascending output order, of grad_out over the windows that can
+ * contain i and whose index names i. An index naming no element of the plane matches
+ * nothing. Each window that reaches the work-item's tile is loaded once for all of it,
+ * as the 3-D backward does: with the window sizes and padding constant, which element a
+ * window covers folds at build time (windows_of_tile). */
 __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
                                   __global const index_t *restrict indices,
                                   __global elem_t *restrict grad_x,
@@ -217,30 +218,38 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
     long plane = PLANE_ID();
     __global const elem_t *gp = grad_out + plane * OH * OW;
     __global const index_t *ip = indices + plane * OH * OW;
-    int span_w = (kw - 1) * dw + 1;
-    window_range cols = windows_reaching(iw0, CLPOOL_COLS, W, sw, pw, span_w, OW);
-    FOR_EACH_ROW(ih, H) {
-        pos_t self = (pos_t)ih * W + iw0;
-        window_range rows = windows_reaching(ih, 1, H, sh, ph, (kh - 1) * dh + 1, OH);
-        acc_t g[CLPOOL_COLS];
+    int ih0 = tile_start(1, CLPOOL_ROWS, H);
+    int span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
+    tile_windows th = windows_of_tile(ih0, CLPOOL_ROWS, H, sh, ph, span_h, OH),
+                 tw = windows_of_tile(iw0, CLPOOL_COLS, W, sw, pw, span_w, OW);
+    pos_t self = (pos_t)ih0 * W + iw0;
+    acc_t g[CLPOOL_ROWS][CLPOOL_COLS];
+    UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
         UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
-            g[c] = 0;
-        UNROLL for (int a = 0; a < windows_to_visit(rows); ++a) {
-            int oh = rows.first + a;
-            UNROLL for (int b = 0; b < windows_to_visit(cols); ++b) {
-                int ow = cols.first + b;
-                if (oh >= rows.end || ow >= cols.end)
-                    continue;
-                pos_t o = (pos_t)oh * OW + ow;
-                acc_t v = LOAD(gp, o);
-                index_t at = ip[o];
-                int left = iw0 - (ow * sw - pw); /* column iw0 in window ow */
-                UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
-                    g[c] += at == self + c && INSIDE(left + c, span_w) ? v : (acc_t)0;
-            }
+            g[r][c] = 0;
+    UNROLL for (int a = 0; a < th.count; ++a) {
+        int oh = th.first + a;
+        if (!INSIDE(oh, th.end))
+            continue;
+        UNROLL for (int b = 0; b < tw.count; ++b) {
+            int ow = tw.first + b;
+            if (!INSIDE(ow, tw.end))
+                continue;
+            pos_t o = (pos_t)oh * OW + ow;
+            acc_t v = LOAD(gp, o);
+            /* the tile's element that the index names, r * W + c, where it names one
+             * (unsigned: any index, no overflow) */
+            uindex_t named = (uindex_t)ip[o] - (uindex_t)self;
+            UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+                if (COVERS(th, r, a, CLPOOL_ROWS, sh, span_h))
+                    UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
+                        if (COVERS(tw, c, b, CLPOOL_COLS, sw, span_w)
+                            && named == (uindex_t)r * W + c)
+                            g[r][c] += v;
         }
-        STORE_COLS(grad_x, plane * H * W + self, g, min(CLPOOL_COLS, W - iw0))
     }
+    for (int r = 0; r < CLPOOL_ROWS && ih0 + r < H; ++r)
+        STORE_COLS(grad_x, plane * H * W + self + (pos_t)r * W, g[r], min(CLPOOL_COLS, W - iw0))
 }
 
 /* The backward for a CPU: one work-item per plane adds each gradient at the element its

@@ -433,17 +433,19 @@ def test_grad_output_of_another_dtype(device, label):
 
 
 @pytest.mark.parametrize("tile", [(4, 2), (4, 4), (2, 3), (3, 1), (1, 1)])
-def test_gpu_tiles_of_the_avg_backward_give_pytorchs_bits(device, tile):
+def test_gpu_tiles_of_the_avg_backward_give_pytorchs_bits(device, build_options, tile):
     """A GPU's avg backward tile, its coverage folded at build time where the tile is a
-    multiple of the stride: each window's share added in output order, PyTorch CPU's
-    bits (and the per-plane kernel's), at the plane's edges too; on a GPU, whose division
-    need not round correctly (OpenCL allows 2.5 ulp), within 1e-6."""
+    multiple of the stride (window sizes and padding as constants, each axis its own):
+    each window's share added in output order, PyTorch CPU's bits (and the per-plane
+    kernel's), at the plane's edges too; on a GPU, whose division need not round
+    correctly (OpenCL allows 2.5 ulp), within 1e-6."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(3300)
     x = data(rng, (2, 3, 13, 11))
     windows = [(3, 2, 1, False, True, None), (3, 1, 1, False, True, None),
                (2, 2, 0, False, True, None), (3, 2, 1, True, False, None),
-               (5, 3, 2, False, True, None), (3, 2, 1, False, True, 7)]
+               (5, 3, 2, False, True, None), (3, 2, 1, False, True, 7),
+               ((3, 4), 2, (1, 2), False, True, None), ((2, 3), (2, 1), (1, 0), True, False, None)]
     for args in windows:
         xt = torch.from_numpy(x).requires_grad_()
         y = torch.nn.functional.avg_pool2d(xt, *args)
@@ -458,6 +460,7 @@ def test_gpu_tiles_of_the_avg_backward_give_pytorchs_bits(device, tile):
         else:
             assert same_bits(got, xt.grad.numpy()), args
             assert same_bits(got, plane), args
+    assert any({"-DCLPOOL_PH=1", "-DCLPOOL_PW=2"} <= set(o) for o in build_options)
 
 
 @pytest.mark.parametrize("rows", [1, 3, 8, 16])
@@ -491,3 +494,31 @@ def test_gpu_adaptive_backward_gives_pytorchs_bits(device, rows):
             assert same_bits(got, xt.grad.numpy()), (shape, size)
             assert same_bits(plane, got), (shape, size)
         assert same_bits(nhwc, got), (shape, size)
+
+
+@pytest.mark.parametrize("tile", [(8, 2), (8, 4), (2, 3), (3, 1), (1, 1)])
+def test_gpu_tiles_of_the_max_backward_give_pytorchs_bits(device, build_options, tile):
+    """A GPU's max backward tile, each window reaching it loaded once and its coverage
+    folded at build time where the tile is a multiple of the stride (window sizes and
+    padding as constants): PyTorch CPU's bits and the per-plane kernel's, with ties,
+    NaN, dilation, ceil mode, padding of its own per axis and the plane's edges."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3400)
+    x = data(rng, (2, 3, 13, 11), special=True)
+    x[0, 0, 2:6, 3:7] = 0.5  # a block of ties
+    windows = [(3, 2, 1, 1, False), (3, 1, 1, 1, False), (2, 2, 0, 1, True),
+               (3, 2, 1, 2, True), (5, 3, 2, 1, False),
+               ((3, 4), 2, (1, 2), 1, False), ((2, 3), (2, 1), (1, 0), (1, 2), True)]
+    for args in windows:
+        xt = torch.from_numpy(x).requires_grad_()
+        y, idx = torch.nn.functional.max_pool2d(xt, *args, return_indices=True)
+        g = data(rng, tuple(y.shape))
+        y.backward(torch.from_numpy(g))
+        i = idx.numpy()
+        with policy.use(gpu=True, per_plane=False, rows=tile[0], cols=tile[1]):
+            got = clpool.max_pool2d_with_indices_backward(g, x, *args, indices=i)
+        with policy.use(per_plane=True):
+            plane = clpool.max_pool2d_with_indices_backward(g, x, *args, indices=i)
+        assert same_bits(got, xt.grad.numpy()), args
+        assert same_bits(got, plane), args
+    assert any({"-DCLPOOL_PH=1", "-DCLPOOL_PW=2"} <= set(o) for o in build_options)
