@@ -231,7 +231,6 @@ __kernel void max_pool3d_forward(__global const elem_t *restrict x,
                 STORE(grad_x, (volume) * D * H * W + (((pos_t)(id0) + i) * H + (ih0) + r) * W \
                               + (iw0) + c, g[i][r][c])
 
-
 /* grad_x[e] = sum, in ascending output order, of grad_out over the windows that can
  * contain e and whose index names e. An index naming no element of the volume matches
  * nothing. */
