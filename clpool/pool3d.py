@@ -326,9 +326,10 @@ def _avg_window(
     ceil_mode: object, include_pad: object, override: object,
 ) -> tuple[shapes.Window3d, bool, int]:  # fmt: skip
     """The window of 3-D average pooling on a (d, h, w) volume, count_include_pad as a bool
-    and divisor_override as an int (0: none)."""
+    and the divisor argument (shapes.avg_divisor: 0 where each window computes its own)."""
     win = shapes.window3d(dhw, kernel_size, stride, padding, 1, ceil_mode, family="avg")
-    return win, shapes.flag(include_pad, "count_include_pad"), shapes.divisor(override)
+    include = shapes.flag(include_pad, "count_include_pad")
+    return win, include, shapes.avg_divisor(dhw, win, include, shapes.divisor(override))
 
 
 def _plan_avg_forward(

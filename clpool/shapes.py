@@ -6,6 +6,7 @@ turns into a PoolArgumentError naming the op, device and dtype.
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
 from typing import Literal, overload
@@ -253,21 +254,24 @@ def divisor(value: object) -> int:
     return v
 
 
-def avg_divisor(hw: tuple[int, int], win: Window, count_include_pad: bool, override: int) -> int:
-    """The divisor the average pooling kernels take: `override` if set, else kh * kw when
-    every window divides by that (each lies inside the padded plane, and count_include_pad
-    or no padding) and it fits the kernels' int, else 0 (each window computes its own)."""
+def avg_divisor(
+    size: tuple[int, ...], win: Window | Window3d, count_include_pad: bool, override: int
+) -> int:
+    """The divisor the average pooling kernels take, over the 2 or 3 axes of `size`:
+    `override` if set, else the window's element count when every window divides by that
+    (each lies inside the padded input, and count_include_pad or no padding) and it fits
+    the kernels' int, else 0 (each window computes its own)."""
     if override:
         return override
-    whole = all(
-        (o - 1) * s - p + k <= size + p
-        for o, s, p, k, size in (
-            (win.oh, win.sh, win.ph, win.kh, hw[0]),
-            (win.ow, win.sw, win.pw, win.kw, hw[1]),
-        )
-    )
-    fixed = whole and (count_include_pad or win.ph == win.pw == 0) and win.kh * win.kw < 2**31
-    return win.kh * win.kw if fixed else 0
+    if isinstance(win, Window):
+        k, s, p, out = (win.kh, win.kw), (win.sh, win.sw), (win.ph, win.pw), (win.oh, win.ow)
+    else:
+        k, s, p, out = win.k, win.s, win.p, win.out
+    axes = zip(out, s, p, k, size, strict=True)
+    whole = all((o - 1) * st - pad + kk <= n + pad for o, st, pad, kk, n in axes)
+    count = math.prod(k)
+    fixed = whole and (count_include_pad or not any(p)) and count < 2**31
+    return count if fixed else 0
 
 
 def expect_shape(name: str, got: tuple[int, ...], want: tuple[int, ...]) -> None:

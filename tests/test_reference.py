@@ -223,6 +223,30 @@ def test_fixed_avg_divisor_is_every_windows_divisor():
     assert shapes.avg_divisor((5, 5), win, True, 0) == 0
 
 
+def test_fixed_avg_divisor_of_a_volume_is_every_windows_divisor():
+    """The same for 3-D windows: random volumes, windows, ceil mode and divisor rules
+    against the reference's divisor of each window."""
+    from clpool import shapes
+
+    rng = np.random.default_rng(3301)
+    fixed = varied = 0  # cases with one divisor found; cases whose windows' divisors differ
+    while fixed < 40 or varied < 40:
+        k = tuple(int(v) for v in rng.integers(1, 4, 3))
+        s = tuple(int(v) for v in rng.integers(1, 4, 3))
+        p = tuple(int(rng.integers(0, kk // 2 + 1)) for kk in k)
+        dhw = tuple(int(rng.integers(kk, kk + 6)) for kk in k)
+        ceil, include_pad = bool(rng.integers(2)), bool(rng.integers(2))
+        override = int(rng.integers(1, 5)) if rng.random() < 0.1 else None
+        win = shapes.window3d(dhw, k, s, p, 1, ceil, family="avg")
+        got = shapes.avg_divisor(dhw, win, include_pad, shapes.divisor(override))
+        _, cells = ref._avg3d_cells((1, 1, *dhw), k, s, p, ceil, include_pad, override)
+        divisors = {div for *_, div in cells}
+        if got:
+            fixed += 1
+            assert divisors == {got}, (dhw, k, s, p, ceil, include_pad, override)
+        varied += len(divisors) > 1  # 0 is always allowed: each window computes its own
+
+
 def test_scatter_backward_of_an_empty_output_is_zeros():
     """A plane of no elements (an output of size 0) scatters nothing: zeros of x's shape
     (reshape(-1, 0) cannot tell the planes, so _flat must not infer them)."""
