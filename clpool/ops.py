@@ -319,7 +319,9 @@ def _plan_avg_forward(
     win, include_pad, div = _avg_window(
         h, w, kernel_size, stride, padding, ceil_mode, include_pad, override
     )
-    p.specialize("avg_pool2d_forward", (h * w, win.oh * win.ow), win, w, planes=n * c, row=win.ow)
+    p.specialize(
+        "avg_pool2d_forward", (h * w, win.oh * win.ow), win, w, n * c, row=win.ow, divisor=div
+    )
     p.output("out", _unbatched((n, c, win.oh, win.ow), x.ndim), like=0)
     sizes = _avg_sizes(win, h, w, include_pad, div)
     if n * c and p.strided:
@@ -359,7 +361,9 @@ def _plan_avg_backward(
         h, w, kernel_size, stride, padding, ceil_mode, include_pad, override
     )
     shapes.expect_shape("grad_output", grad.shape, x.shape[:-2] + (win.oh, win.ow))
-    p.specialize("avg_pool2d_backward", (h * w, win.oh * win.ow), win, planes=n * c, row=w)
+    p.specialize(
+        "avg_pool2d_backward", (h * w, win.oh * win.ow), win, planes=n * c, row=w, divisor=div
+    )
     p.output("grad_x", x.shape, like=1)
     sizes = _avg_sizes(win, h, w, include_pad, div)
     if n * c and p.strided:
@@ -530,6 +534,7 @@ def _plan_adaptive_backward(
     elif win is not None:
         # Equal cells that tile the plane: the average pooling backward of that window.
         p.family = "avg"
+        divisor = shapes.avg_divisor((h, w), win, True, 0)
         p.specialize(
             "adaptive_avg_pool2d_backward equal",
             (h * w, oh * ow),
@@ -537,8 +542,8 @@ def _plan_adaptive_backward(
             planes=n * c,
             constants=_fixed_cells(p, win),
             row=w,
+            divisor=divisor,
         )
-        divisor = shapes.avg_divisor((h, w), win, True, 0)
         p.step_by_plane(
             "avg_pool2d_backward", (w, h, n * c), **_avg_sizes(win, h, w, True, divisor)
         )

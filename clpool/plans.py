@@ -231,6 +231,7 @@ class Planner:
         planes: int | None = None,
         constants: bool | None = None,
         row: int | None = None,
+        divisor: int = 0,
     ) -> None:
         """Choose the build variant: the tile per work-item tuned for kernel `tuned_as`
         (none where the op runs one work-item per plane, given its number of `planes`),
@@ -245,7 +246,8 @@ class Planner:
         row of a multiple of four then loads rows as vectors (bfloat16: of eight where
         they start at multiples of eight). A bfloat16 tiled kernel on a GPU passes the
         length of the rows it stores, `row`: it stores 2 or 4 columns at once where they
-        divide the row and the tile's columns."""
+        divide the row and the tile's columns. An average op's one `divisor` for every
+        window (shapes.avg_divisor; 0: none) is a constant with the window's sizes."""
         device, pol = self.rt.device, self.policy
         self.by_plane = planes is not None and pol.by_plane(
             device, self.dtype, planes, "backward" in tuned_as
@@ -278,6 +280,7 @@ class Planner:
                 strict=True,
             )
             options += [f"-DCLPOOL_{name}={value}" for name, value in sizes]
+            options += [f"-DCLPOOL_AVG_DIVISOR={divisor}"] if divisor else []
             if self.gpu:
                 options += ["-DCLPOOL_UNROLL", f"-DCLPOOL_PH={win.ph}", f"-DCLPOOL_PW={win.pw}"]
                 if width is not None:

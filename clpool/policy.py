@@ -68,8 +68,10 @@ TILES = {
         # the stride a multiple of 4): with 2 depths, (2, 2) 50.9 us, (4, 1) 68.8, (2, 4)
         # 80.8; with 1, (4, 1) 56.1 (one column of stride 2: no vectors), (2, 2) 88.6
         "avg_pool3d_forward": (2, 2),
-        # the best measured without depths (same case: 467 -> 71 us)
-        "avg_pool3d_backward": (2, 4),
+        # with 2 depths and one divisor for every window (shapes.avg_divisor): (4, 2)
+        # 35.0 us, (2, 2) 35.2, (8, 2) 35.9, (1, 4) 65.3, (4, 4) 92.8, (2, 4) 98.5; with
+        # 1 depth and each window's own divisor, as before, (2, 4) 70.8
+        "avg_pool3d_backward": (4, 2),
         # Forward unmeasured on the H200 yet: two rows share a work-item's column bounds.
         "adaptive_max_pool_forward": (2, 1),
         # H200, [128,64,128,128] to 7x7: 2 rows 1,009 us, 16 rows 486 us

@@ -34,7 +34,7 @@ DEPTHS = {
     "max_pool3d_values": 2,
     "max_pool3d_backward": 2,
     "avg_pool3d_forward": 2,
-    "avg_pool3d_backward": 1,
+    "avg_pool3d_backward": 2,
 }
 
 
@@ -63,14 +63,16 @@ def _specialize(
     tuned_as: str | None = None,
     dhw: tuple[int, ...] = (),
     volumes: int | None = None,
+    divisor: int = 0,
 ) -> int:
     """32-bit splits of the kernel's `rows` (dimension 2) below 2^32 of them, the window's
     sizes as compile-time constants where every one is small (never with
     CLPOOL_SPECIALIZE=0; on a GPU its loops unroll then), and the tile per work-item of a
     windowed kernel tuned as `tuned_as` on a volume `dhw` (kernels_cl/pool3d.cl), whose
     forwards then load rows as vectors where plans.row_vectors allows; returns the tile's
-    depths. A backward kernel over `volumes` volumes runs one work-item per
-    volume where the policy says so (p.by_plane: no tile)."""
+    depths. A backward kernel over `volumes` volumes runs one work-item per volume where
+    the policy says so (p.by_plane: no tile). An average op's one `divisor` for every
+    window (shapes.avg_divisor; 0: none) is a constant with the window's sizes."""
     pol = p.policy
     p.by_plane = volumes is not None and pol.by_plane(p.rt.device, p.dtype, volumes, True)
     if rows < 2**32:
@@ -83,6 +85,7 @@ def _specialize(
             for field, values in fields
             for axis, v in zip("DHW", values, strict=True)
         )
+        p.options += (f"-DCLPOOL_AVG_DIVISOR={divisor}",) if divisor else ()
         if p.gpu:
             unrolled = True
             p.options += ("-DCLPOOL_UNROLL",)
@@ -346,7 +349,7 @@ def _plan_avg_forward(
     _volumes(p, dhw, win.out)
     p.output("out", _unbatched((n, c, *win.out), x.ndim))
     od, oh, ow = win.out
-    depths = _specialize(p, n * c * od, win, "avg_pool3d_forward", dhw)
+    depths = _specialize(p, n * c * od, win, "avg_pool3d_forward", dhw, divisor=div)
     sizes = _avg_sizes(win, dhw, include, div)
     if n * c and p.strided:  # the result C-contiguous whatever the input, as ATen's
         _step_strided(p, "avg_pool3d_forward_strided", {"x": 0}, **sizes)
@@ -389,7 +392,7 @@ def _plan_avg_backward(
     p.output("grad_x", x.shape)
     d, h, w = dhw
     volumes = None if p.strided else n * c
-    depths = _specialize(p, n * c * d, win, "avg_pool3d_backward", dhw, volumes)
+    depths = _specialize(p, n * c * d, win, "avg_pool3d_backward", dhw, volumes, div)
     sizes = _avg_sizes(win, dhw, include, div)
     if n * c and p.strided:  # C-contiguous, as ATen's
         _step_strided(p, "avg_pool3d_backward_strided", {"grad_out": 0}, **sizes)
