@@ -133,18 +133,34 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
     tile_windows th = windows_of_tile(ih0, CLPOOL_ROWS, H, sh, ph, kh, OH),
                  tw = windows_of_tile(iw0, CLPOOL_COLS, W, sw, pw, kw, OW);
 
-    START_TILE2D(g);
+    acc_t g[CLPOOL_ROWS][CLPOOL_COLS];
+    UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
+            g[r][c] = 0;
     /* each window's share added to its elements in output order, as PyTorch's CPU kernel
      * and the _plane and _strided kernels add (the same bits on every path); with the
      * window sizes constant, which element a window covers folds at build time */
-    FOR_TILE_WINDOWS2D(a, b, th, tw) {
-        int oh = th.first + a, ow = tw.first + b;
-        acc_t v = LOAD(gp, (pos_t)oh * OW + ow)
-                  / (acc_t)avg_divisor(oh * sh - ph, ow * sw - pw, kh, kw, H, W, ph, pw,
-                                       count_include_pad, divisor_override);
-        ADD_COVERED2D(g, th, tw, a, b, sh, sw, kh, kw, 1, v)
+    UNROLL for (int a = 0; a < th.count; ++a) {
+        int oh = th.first + a, top = oh * sh - ph;
+        if (!INSIDE(oh, th.end))
+            continue;
+        UNROLL for (int b = 0; b < tw.count; ++b) {
+            int ow = tw.first + b, left = ow * sw - pw;
+            if (!INSIDE(ow, tw.end))
+                continue;
+            acc_t v = LOAD(gp, (pos_t)oh * OW + ow)
+                      / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
+                                           count_include_pad, divisor_override);
+            UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+                if (COVERS(th, r, a, CLPOOL_ROWS, sh, kh))
+                    UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
+                        if (COVERS(tw, c, b, CLPOOL_COLS, sw, kw))
+                            g[r][c] += v;
+        }
     }
-    STORE_TILE2D(grad_x, g, plane, ih0, iw0);
+    for (int r = 0; r < CLPOOL_ROWS && ih0 + r < H; ++r)
+        STORE_COLS(grad_x, plane * H * W + (pos_t)(ih0 + r) * W + iw0, g[r],
+                   min(CLPOOL_COLS, W - iw0))
 }
 
 /* The backward for a CPU: one work-item per plane clears it, then adds each window's

@@ -419,33 +419,6 @@ inline tile_windows windows_of_tile(int i0, int n, int size, int s, int p, int s
  * reaches a tile of one covers it). */
 #define COVERS(t, i, b, n, s, span) ((n) == 1 || INSIDE((i) + (t).lead - (b) * (s), span))
 
-/* The walk of a 2-D backward tile (avg_pool2d_backward, max_pool2d_backward): the
- * gradients g of its CLPOOL_ROWS x CLPOOL_COLS elements, cleared; the windows that can
- * reach it (th, tw of windows_of_tile), in ascending output order, a and b counting them
- * (window (th.first + a, tw.first + b)); g[r][c] += v at each element (r, c) that window
- * (a, b) covers (extents span_h x span_w) where `also` holds; the tile's elements inside
- * the plane stored from (ih0, iw0). */
-#define START_TILE2D(g)                                                             \
-    acc_t g[CLPOOL_ROWS][CLPOOL_COLS];                                              \
-    UNROLL for (int r_ = 0; r_ < CLPOOL_ROWS; ++r_)                                 \
-        UNROLL for (int c_ = 0; c_ < CLPOOL_COLS; ++c_)                             \
-            g[r_][c_] = 0
-#define FOR_TILE_WINDOWS2D(a, b, th, tw)                                            \
-    UNROLL for (int a = 0; a < (th).count; ++a)                                     \
-        if (INSIDE((th).first + a, (th).end))                                       \
-            UNROLL for (int b = 0; b < (tw).count; ++b)                             \
-                if (INSIDE((tw).first + b, (tw).end))
-#define ADD_COVERED2D(g, th, tw, a, b, sh, sw, span_h, span_w, also, v)             \
-    UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)                                    \
-        if (COVERS(th, r, a, CLPOOL_ROWS, sh, span_h))                              \
-            UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)                            \
-                if (COVERS(tw, c, b, CLPOOL_COLS, sw, span_w) && (also))            \
-                    g[r][c] += (v);
-#define STORE_TILE2D(grad_x, g, plane, ih0, iw0)                                    \
-    for (int r_ = 0; r_ < CLPOOL_ROWS && (ih0) + r_ < H; ++r_)                      \
-        STORE_COLS(grad_x, (plane) * H * W + (pos_t)((ih0) + r_) * W + (iw0), g[r_],  \
-                   min(CLPOOL_COLS, W - (iw0)))
-
 #ifndef CLPOOL_NO_LANES16
 /* p[i], p[i + s], .. p[i + 15 * s] as a vector: one load (s == 1), two and a shuffle
  * (s == 2; `.even` of the two halves crashes Oclgrind 21.10's uninitialized-value

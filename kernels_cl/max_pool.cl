@@ -223,16 +223,33 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
     tile_windows th = windows_of_tile(ih0, CLPOOL_ROWS, H, sh, ph, span_h, OH),
                  tw = windows_of_tile(iw0, CLPOOL_COLS, W, sw, pw, span_w, OW);
     pos_t self = (pos_t)ih0 * W + iw0;
-    START_TILE2D(g);
-    FOR_TILE_WINDOWS2D(a, b, th, tw) {
-        pos_t o = (pos_t)(th.first + a) * OW + tw.first + b;
-        acc_t v = LOAD(gp, o);
-        /* the tile's element that the index names, r * W + c, where it names one
-         * (unsigned: any index, no overflow) */
-        uindex_t named = (uindex_t)ip[o] - (uindex_t)self;
-        ADD_COVERED2D(g, th, tw, a, b, sh, sw, span_h, span_w, named == (uindex_t)r * W + c, v)
+    acc_t g[CLPOOL_ROWS][CLPOOL_COLS];
+    UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
+            g[r][c] = 0;
+    UNROLL for (int a = 0; a < th.count; ++a) {
+        int oh = th.first + a;
+        if (!INSIDE(oh, th.end))
+            continue;
+        UNROLL for (int b = 0; b < tw.count; ++b) {
+            int ow = tw.first + b;
+            if (!INSIDE(ow, tw.end))
+                continue;
+            pos_t o = (pos_t)oh * OW + ow;
+            acc_t v = LOAD(gp, o);
+            /* the tile's element that the index names, r * W + c, where it names one
+             * (unsigned: any index, no overflow) */
+            uindex_t named = (uindex_t)ip[o] - (uindex_t)self;
+            UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+                if (COVERS(th, r, a, CLPOOL_ROWS, sh, span_h))
+                    UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
+                        if (COVERS(tw, c, b, CLPOOL_COLS, sw, span_w)
+                            && named == (uindex_t)r * W + c)
+                            g[r][c] += v;
+        }
     }
-    STORE_TILE2D(grad_x, g, plane, ih0, iw0);
+    for (int r = 0; r < CLPOOL_ROWS && ih0 + r < H; ++r)
+        STORE_COLS(grad_x, plane * H * W + self + (pos_t)r * W, g[r], min(CLPOOL_COLS, W - iw0))
 }
 
 /* The backward for a CPU: one work-item per plane adds each gradient at the element its
