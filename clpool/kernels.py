@@ -147,7 +147,12 @@ for _name in ("max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward",
               "avg_pool2d_backward", "adaptive_avg_pool2d_backward"):  # fmt: skip
     _SIGNATURES[f"{_name}_plane"] = _SIGNATURES[_name]
 _SIGNATURES["adaptive_max_pool_backward_plane"] = _SIGNATURES["adaptive_max_pool_backward"]
-for _name in ("max_pool3d_backward", "avg_pool3d_backward"):
+for _name in (
+    "max_pool3d_forward",
+    "max_pool3d_backward",
+    "avg_pool3d_forward",
+    "avg_pool3d_backward",
+):
     _SIGNATURES[f"{_name}_plane"] = _SIGNATURES[_name]
 
 

@@ -62,7 +62,7 @@ def _specialize(
     win: shapes.Window3d | None = None,
     tuned_as: str | None = None,
     dhw: tuple[int, ...] = (),
-    volumes: int | None = None,
+    planes: int | None = None,
     divisor: int = 0,
 ) -> int:
     """32-bit splits of the kernel's `rows` (dimension 2) below 2^32 of them, the window's
@@ -70,11 +70,13 @@ def _specialize(
     CLPOOL_SPECIALIZE=0; on a GPU its loops unroll then), and the tile per work-item of a
     windowed kernel tuned as `tuned_as` on a volume `dhw` (kernels_cl/pool3d.cl), whose
     forwards then load rows as vectors where plans.row_vectors allows; returns the tile's
-    depths. A backward kernel over `volumes` volumes runs one work-item per volume where
-    the policy says so (p.by_plane: no tile). An average op's one `divisor` for every
+    depths. A kernel with a `_plane` twin runs one work-item per plane where the policy
+    says so for its number of `planes` (p.by_plane: no tile): a forward's output planes
+    (volume, depth), a backward's volumes. An average op's one `divisor` for every
     window (shapes.avg_divisor; 0: none) is a constant with the window's sizes."""
     pol = p.policy
-    p.by_plane = volumes is not None and pol.by_plane(p.rt.device, p.dtype, volumes, True)
+    backward = tuned_as is not None and "backward" in tuned_as
+    p.by_plane = planes is not None and pol.by_plane(p.rt.device, p.dtype, planes, backward)
     if rows < 2**32:
         p.options += ("-DCLPOOL_ROWS32",)
     unrolled = False
@@ -208,18 +210,15 @@ def _plan_max_forward(
         p.options += ("-DCLPOOL_NO_INDICES",)
     od, oh, ow = win.out
     tuned_as = "max_pool3d_forward" if with_indices else "max_pool3d_values"
-    depths = _specialize(p, n * c * od, win, tuned_as, dhw)
+    planes = None if p.strided else n * c * od
+    depths = _specialize(p, n * c * od, win, tuned_as, dhw, planes)
     _keep_format(p, p.strided and _channels_last(x.shape, p.strides[0]))
+    slots = None if with_indices else {"indices": "out"}  # a placeholder, untouched
     if n * c and p.strided:
-        slots = None if with_indices else {"indices": "out"}
         _step_strided(p, "max_pool3d_forward_strided", {"x": 0}, slots, **_max_sizes(win, dhw))
     elif n * c:
-        p.step(
-            "max_pool3d_forward",
-            (ow, oh, n * c * -(-od // depths)),
-            slots=None if with_indices else {"indices": "out"},  # a placeholder, untouched
-            **_max_sizes(win, dhw),
-        )
+        grid = (ow, oh, n * c * -(-od // depths))
+        p.step_by_plane("max_pool3d_forward", grid, slots, planes, **_max_sizes(win, dhw))
     return p.plan("x")
 
 
@@ -349,12 +348,14 @@ def _plan_avg_forward(
     _volumes(p, dhw, win.out)
     p.output("out", _unbatched((n, c, *win.out), x.ndim))
     od, oh, ow = win.out
-    depths = _specialize(p, n * c * od, win, "avg_pool3d_forward", dhw, divisor=div)
+    planes = None if p.strided else n * c * od
+    depths = _specialize(p, n * c * od, win, "avg_pool3d_forward", dhw, planes, div)
     sizes = _avg_sizes(win, dhw, include, div)
     if n * c and p.strided:  # the result C-contiguous whatever the input, as ATen's
         _step_strided(p, "avg_pool3d_forward_strided", {"x": 0}, **sizes)
     elif n * c:
-        p.step("avg_pool3d_forward", (ow, oh, n * c * -(-od // depths)), **sizes)
+        grid = (ow, oh, n * c * -(-od // depths))
+        p.step_by_plane("avg_pool3d_forward", grid, planes=planes, **sizes)
     return p.plan("x")
 
 

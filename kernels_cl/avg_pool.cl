@@ -4,6 +4,7 @@
  * computes its divisor) once for all of them. */
 
 #include "clpool.h"
+#include "plane.h"
 
 /* The sizes every average pooling kernel takes: the plane's, the output's, the window's in
  * the order of shapes.Window.avg_args(), then the divisor rule. A kernel and its `_plane`
@@ -67,35 +68,6 @@ __kernel void avg_pool2d_forward(__global const elem_t *restrict x,
     }
 }
 
-/* The average of one window starting at (hs, ws), stored at out[o]. */
-inline void avg_window(__global const elem_t *xp, __global elem_t *out, long o, int H, int W,
-                       int hs, int ws, int kh, int kw, int ph, int pw, int count_include_pad,
-                       int divisor_override)
-{
-    acc_t sum = 0;
-    for (int h = max(hs, 0); h < min(hs + kh, H); ++h)
-        for (int w = max(ws, 0); w < min(ws + kw, W); ++w)
-            sum += LOAD(xp, (pos_t)h * W + w);
-    STORE(out, o, sum / (acc_t)avg_divisor(hs, ws, kh, kw, H, W, ph, pw, count_include_pad,
-                                           divisor_override));
-}
-
-#ifndef CLPOOL_NO_LANES16
-/* avg_window for the 16 windows starting at (hs, ws + k * sw), k < 16, whose columns all
- * lie inside the row, as 16-lane vectors: they share a divisor. */
-inline void avg_window16(__global const elem_t *xp, __global elem_t *out, long o, int H,
-                         int W, int hs, int ws, int kh, int kw, int sw, int ph, int pw,
-                         int count_include_pad, int divisor_override)
-{
-    acc16_t sum = 0;
-    for (int h = max(hs, 0); h < min(hs + kh, H); ++h)
-        for (int j = 0; j < kw; ++j)
-            sum += load16_strided(xp, (pos_t)h * W + ws + j, sw);
-    STORE16(out, o, sum / (acc_t)avg_divisor(hs, ws, kh, kw, H, W, ph, pw, count_include_pad,
-                                             divisor_override));
-}
-#endif
-
 /* The forward for a CPU, as max_pool2d_forward_plane. */
 __kernel void avg_pool2d_forward_plane(__global const elem_t *restrict x,
                                        __global elem_t *restrict out,
@@ -105,16 +77,14 @@ __kernel void avg_pool2d_forward_plane(__global const elem_t *restrict x,
     FIX_WINDOW();
     long plane = get_global_id(0);
     __global const elem_t *xp = x + plane * H * W;
-    int2 vec = vector_outputs(W, OW, sw, pw, kw);
-    for (int oh = 0; oh < OH; ++oh) {
-        int hs = oh * sh - ph;
-        long o = (plane * OH + oh) * OW;
-        FOR_EACH_OUTPUT(ow, OW, vec.x, vec.y,
-            avg_window(xp, out, o + ow, H, W, hs, ow * sw - pw, kh, kw, ph, pw,
-                       count_include_pad, divisor_override),
-            avg_window16(xp, out, o + ow, H, W, hs, ow * sw - pw, kh, kw, sw, ph, pw,
-                         count_include_pad, divisor_override))
-    }
+    depth_taps dt = depth_taps_2d();
+    FOR_PLANE_WINDOWS(plane * OH * OW, kw,
+        avg_window(xp, out, o, dt, H, W, hs, ws, kh, kw,
+                   (acc_t)avg_divisor(hs, ws, kh, kw, H, W, ph, pw, count_include_pad,
+                                      divisor_override)),
+        avg_window16(xp, out, o, dt, H, W, hs, ws, kh, kw, sw,
+                     (acc_t)avg_divisor(hs, ws, kh, kw, H, W, ph, pw, count_include_pad,
+                                        divisor_override)))
 }
 
 /* grad_x[i] = sum over the windows containing i of grad_out / that window's divisor. */

@@ -5,6 +5,7 @@
  * [128,64,128,128] k3 s1), each candidate window once for the work-item's columns. */
 
 #include "clpool.h"
+#include "plane.h"
 
 /* The sizes every max pooling kernel takes: the plane's, the output's, then the window's
  * in the order of shapes.Window.args(). A kernel and its `_plane` twin take the same
@@ -12,10 +13,6 @@
 #define MAX_POOL_SIZES                                                              \
     int H, int W, int OH, int OW, int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw
 
-/* The lanes of vector tap v that take the max from best: greater, or NaN; and those
- * lanes' values taken (FOLD_MAX16 and FOLD_MAX4). */
-#define MAX_TAKES(v, best) (isgreater((v), (best)) | isnan(v))
-#define TAKE_MAX(best, v, lanes) (best) = select((best), (v), (lanes))
 /* Declares the maxima best[rows][cols] (of type acc) and their indices best_i (of type
  * pos) of a forward tile before its first tap: -inf and -1. */
 #define START_MAX_TILE(best, best_i, acc, pos, rows, cols)                          \
@@ -26,26 +23,6 @@
             best[r_][c_] = -INFINITY;                                               \
             best_i[r_][c_] = -1;                                                    \
         }
-/* Fold tap v at `at` into (best, best_i): NaN wins (the last NaN in window order keeps
- * its index, as in PyTorch), ties keep the first element in row-major window order,
- * and the first tap inside the plane sets the index. */
-#ifdef CLPOOL_NO_INDICES /* values only: the first tap needs no special case */
-#define FOLD_MAX(best, best_i, v, at)                                               \
-    if ((v) > (best) || isnan(v))                                                   \
-        (best) = (v);
-#define FOLD_MAX16(best, best_i, v, at) TAKE_MAX(best, v, MAX_TAKES(v, best));
-#else
-#define FOLD_MAX(best, best_i, v, at)                                               \
-    if ((best_i) < 0 || (v) > (best) || isnan(v)) {                                 \
-        (best) = (v);                                                               \
-        (best_i) = (at);                                                            \
-    }
-/* FOLD_MAX of 16 lanes, except that the first tap sets no index where it is -inf */
-#define FOLD_MAX16(best, best_i, v, at)                                             \
-    (best_i) = select((best_i), (at), AS_POS16(MAX_TAKES(v, best)));                \
-    TAKE_MAX(best, v, MAX_TAKES(v, best));
-#endif
-
 /* With -DCLPOOL_NAN_APART (values only: the host's choice for planes of one row on a GPU,
  * where it paid) a forward tile takes the greater of its maximum and each tap, and keeps
  * each window's last NaN apart in best_i, putting it back before the store: the same
@@ -127,57 +104,6 @@ __kernel void max_pool2d_forward(__global const elem_t *restrict x,
     }
 }
 
-/* The max of one window starting at (hs, ws), stored at out[o] (and its index): its taps
- * inside the plane only. */
-inline void max_window(__global const elem_t *xp, __global elem_t *out,
-                       __global index_t *indices, long o, int H, int W, int hs, int ws,
-                       int kh, int kw, int dh, int dw)
-{
-    acc_t best = -INFINITY;
-    pos_t best_i = -1;
-    int2 ti = taps_within(hs, kh, dh, H), tj = taps_within(ws, kw, dw, W);
-    for (int i = ti.x; i < ti.y; ++i) {
-        int h = hs + i * dh;
-        for (int j = tj.x; j < tj.y; ++j) {
-            pos_t at = (pos_t)h * W + ws + j * dw;
-            FOLD_MAX(best, best_i, LOAD(xp, at), at)
-        }
-    }
-    STORE(out, o, best);
-#ifndef CLPOOL_NO_INDICES
-    indices[o] = (index_t)best_i;
-#endif
-}
-
-#ifndef CLPOOL_NO_LANES16
-/* max_window for the 16 windows starting at (hs, ws + k * sw), k < 16, whose columns all
- * lie inside the row, as 16-lane vectors. Where every tap is -inf the first tap keeps the
- * index. */
-inline void max_window16(__global const elem_t *xp, __global elem_t *out,
-                         __global index_t *indices, long o, int H, int W, int hs, int ws,
-                         int kh, int kw, int sw, int dh, int dw)
-{
-    const pos16_t lanes = (pos16_t)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    acc16_t best = -INFINITY;
-    pos16_t best_i = -1, first_i = -1;
-    int2 ti = taps_within(hs, kh, dh, H);
-    for (int i = ti.x; i < ti.y; ++i) {
-        int h = hs + i * dh;
-        if (first_i.s0 < 0)
-            first_i = (pos_t)h * W + ws + lanes * sw;
-        for (int j = 0; j < kw; ++j) {
-            pos_t at = (pos_t)h * W + ws + j * dw;
-            acc16_t v = load16_strided(xp, at, sw);
-            FOLD_MAX16(best, best_i, v, at + lanes * sw)
-        }
-    }
-    STORE16(out, o, best);
-#ifndef CLPOOL_NO_INDICES
-    STORE_INDEX16(indices, o, select(best_i, first_i, best_i < 0));
-#endif
-}
-#endif
-
 /* The forward for a CPU: one work-item per plane, 16 outputs of a row at a time where
  * their windows lie inside the row (PoCL vectorizes only across the work-items of a
  * group, and not the forward above: max k3 s2 of [8,64,112,112] took 41 ms there; one
@@ -190,15 +116,10 @@ __kernel void max_pool2d_forward_plane(__global const elem_t *restrict x,
     FIX_WINDOW();
     long plane = get_global_id(0);
     __global const elem_t *xp = x + plane * H * W;
-    int2 vec = vector_outputs(W, OW, sw, pw, (kw - 1) * dw + 1);
-    for (int oh = 0; oh < OH; ++oh) {
-        int hs = oh * sh - ph;
-        long o = (plane * OH + oh) * OW;
-        FOR_EACH_OUTPUT(ow, OW, vec.x, vec.y,
-            max_window(xp, out, indices, o + ow, H, W, hs, ow * sw - pw, kh, kw, dh, dw),
-            max_window16(xp, out, indices, o + ow, H, W, hs, ow * sw - pw, kh, kw, sw, dh,
-                         dw))
-    }
+    depth_taps dt = depth_taps_2d();
+    FOR_PLANE_WINDOWS(plane * OH * OW, (kw - 1) * dw + 1,
+        max_window(xp, out, indices, o, dt, H, W, hs, ws, kh, kw, dh, dw),
+        max_window16(xp, out, indices, o, dt, H, W, hs, ws, kh, kw, sw, dh, dw))
 }
 
 /* grad_x[i] = sum, in ascending output order, of grad_out over the windows that can

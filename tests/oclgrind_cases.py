@@ -29,7 +29,7 @@ the ndhwc/ cases), clpool_contiguous (launched directly, and by the adaptive max
 on strided 5-D arrays), adaptive_max_pool_forward (with and without indices, int32 and
 int64) and adaptive_max_pool_backward and its `_plane` twin (including indices outside the
 volume), max_unpool_clear/claim/scatter/gather (unpool_cases) and the 3-D kernels of
-pool3d.cl (WINDOWS_3D; its backward ones also through their `_plane` twins),
+pool3d.cl (WINDOWS_3D; also through their `_plane` twins),
 max_unpool_window/tile/plane (unpool_window_cases), in
 float32 and float64; and a few of them in bfloat16 (bfloat16_cases).
 """
@@ -701,11 +701,20 @@ FAMILIES += (pool3d_cases,)
 
 
 def pool3d_plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
-    """The 3-D backward cases of pool3d_cases (WINDOWS_3D) again, through the kernels a
-    CPU runs (max_pool3d_backward_plane and avg_pool3d_backward_plane)."""
+    """The 3-D window cases of pool3d_cases (WINDOWS_3D) again, through the kernels a CPU
+    runs (the `_plane` kernels: forward and backward, max and average), and rows of 36
+    that take 16 windows at a time there."""
     for name, run, want in pool3d_cases(dtype):
-        if name.split("/")[0] in ("max_pool3d_with_indices_backward", "avg_pool3d_backward"):
+        if not name.startswith(("adaptive", "strided")):
             yield f"plane/{name}", _as_cpu(run), want
+    x = _data((1, 2, 3, 3, 36), dtype, 1200, ties=True)
+    yield ("plane/max_pool3d_with_indices/wide",
+           _as_cpu(lambda: clpool.max_pool3d_with_indices(x, 3, 2, 1)),
+           lambda: ref.max_pool3d_with_indices(x, 3, 2, 1))
+    yield ("plane/max_pool3d/wide", _as_cpu(lambda: clpool.max_pool3d(x, 3, 2, 1)),
+           lambda: ref.max_pool3d(x, 3, 2, 1))
+    yield ("plane/avg_pool3d/wide", _as_cpu(lambda: clpool.avg_pool3d(x, 3, 2, 1)),
+           lambda: ref.avg_pool3d(x, 3, 2, 1))
 
 
 FAMILIES += (pool3d_plane_cases,)

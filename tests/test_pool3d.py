@@ -365,6 +365,44 @@ def test_the_backward_per_volume_equals_the_gather_bit_for_bit(case, dtype, laun
         assert got.tobytes() == want.tobytes()
 
 
+# Rows wide enough for 16 windows of a row at once (the CPU forwards' vectors), by stride,
+# dilation and padding: (shape, kernel_size, stride, padding, dilation, ceil_mode).
+WIDE_ROWS = [((1, 2, 4, 5, 40), 3, 2, 1, 1, False), ((2, 1, 3, 4, 37), 3, 1, 1, 1, True),
+             ((1, 2, 5, 3, 50), (2, 3, 3), (2, 1, 3), (1, 1, 0), (1, 1, 1), True),
+             ((1, 1, 4, 4, 45), (3, 2, 3), (1, 1, 2), (1, 0, 1), (2, 1, 2), False)]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", range(len(PER_VOLUME) + len(WIDE_ROWS)))
+def test_the_forward_per_plane_equals_a_work_item_per_output_bit_for_bit(case, dtype, launched):
+    """max_pool3d_forward_plane and avg_pool3d_forward_plane (a work-item per output plane,
+    16 windows of a row at a time where they fit) against the tiles' kernels: max of ties
+    with NaN and -inf (the first of ties and the last NaN keep their index), values only
+    and with indices; the average of random values (an order of summation would show)."""
+    rng = np.random.default_rng(case)
+    max_case, avg_case = (PER_VOLUME + [(w, w) for w in WIDE_ROWS])[case]
+    shape, k, s, p, d, ceil = max_case
+    x = _data(shape, dtype, case)
+    x.reshape(-1)[rng.random(x.size) < 0.05] = np.nan
+    x.reshape(-1)[rng.random(x.size) < 0.05] = -np.inf
+    runs = [("max_pool3d_forward", lambda: clpool.max_pool3d_with_indices(x, k, s, p, d, ceil)),
+            ("max_pool3d_forward", lambda: [clpool.max_pool3d(x, k, s, p, d, ceil)])]  # fmt: skip
+    shape, k, s, p, _, ceil = avg_case
+    y = (_data(shape, dtype, case) + rng.random(shape)).astype(dtype)
+    include, override = bool(case % 2), (None, 3, 7)[case % 3]
+    runs.append(("avg_pool3d_forward",
+                 lambda: [clpool.avg_pool3d(y, k, s, p, ceil, include, override)]))  # fmt: skip
+    for name, run in runs:
+        with policy.use(per_plane=False):
+            want = run()
+        assert launched[-1][0] == name
+        with policy.use(per_plane=True):
+            got = run()
+        assert launched[-1][0] == f"{name}_plane"
+        for a, b in zip(got, want, strict=True):
+            assert a.tobytes() == b.tobytes()
+
+
 # ---------------------------------------------------------------- adaptive average pooling
 
 ADAPTIVE = [((2, 3, 5, 7, 6), (2, 3, 4)), ((1, 2, 4, 4, 4), 1), ((1, 1, 3, 5, 7), (5, 7, 9)),

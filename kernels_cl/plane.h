@@ -1,0 +1,157 @@
+/* The per-plane forward kernels of a CPU (max_pool2d_forward_plane, avg_pool2d_forward_plane
+ * and their 3-D twins in pool3d.cl): one window at a time, or 16 windows of a row as
+ * 16-lane vectors, over the depth planes a window spans (a 2-D window: one plane), and
+ * max pooling's fold of a tap into a maximum and its index. */
+
+#ifndef CLPOOL_PLANE_H
+#define CLPOOL_PLANE_H
+
+/* The lanes of vector tap v that take the max from best: greater, or NaN; and those
+ * lanes' values taken (FOLD_MAX16 and FOLD_MAX4). */
+#define MAX_TAKES(v, best) (isgreater((v), (best)) | isnan(v))
+#define TAKE_MAX(best, v, lanes) (best) = select((best), (v), (lanes))
+/* Fold tap v at `at` into (best, best_i): NaN wins (the last NaN in window order keeps
+ * its index, as in PyTorch), ties keep the first element in row-major window order,
+ * and the first tap inside the plane sets the index. */
+#ifdef CLPOOL_NO_INDICES /* values only: the first tap needs no special case */
+#define FOLD_MAX(best, best_i, v, at)                                               \
+    if ((v) > (best) || isnan(v))                                                   \
+        (best) = (v);
+#define FOLD_MAX16(best, best_i, v, at) TAKE_MAX(best, v, MAX_TAKES(v, best));
+#else
+#define FOLD_MAX(best, best_i, v, at)                                               \
+    if ((best_i) < 0 || (v) > (best) || isnan(v)) {                                 \
+        (best) = (v);                                                               \
+        (best_i) = (at);                                                            \
+    }
+/* FOLD_MAX of 16 lanes, except that the first tap sets no index where it is -inf */
+#define FOLD_MAX16(best, best_i, v, at)                                             \
+    (best_i) = select((best_i), (at), AS_POS16(MAX_TAKES(v, best)));                \
+    TAKE_MAX(best, v, MAX_TAKES(v, best));
+#endif
+
+
+/* The depth planes of a window's taps inside its volume: planes z + q * w for q from x
+ * up to y (taps_within); a 2-D window's one plane is depth_taps_2d(). (A vector, not a
+ * struct: Oclgrind's uninitialized-value checks lost track of a struct passed by value and
+ * flagged later, unrelated kernels.) */
+typedef int4 depth_taps;
+
+inline depth_taps depth_taps_3d(int start, int k, int d, int size)
+{
+    int2 t = taps_within(start, k, d, size);
+    return (int4)(t.x, t.y, start, d);
+}
+
+inline depth_taps depth_taps_2d(void)
+{
+    return (int4)(0, 1, 0, 1);
+}
+
+/* The per-plane forwards' walk over an output plane of OH x OW from out[o0], with the window
+ * sizes (kh, kw, sh, sw, ph, pw) in scope and span_w a window's extent along W: ONE for the
+ * window starting at (hs, ws) whose output is out[o], and SIXTEEN for the 16 from there
+ * along its row where they lie inside it (FOR_EACH_OUTPUT). */
+#define FOR_PLANE_WINDOWS(o0, span_w, ONE, SIXTEEN)                                 \
+    int2 vec_ = vector_outputs(W, OW, sw, pw, (span_w));                            \
+    for (int oh_ = 0; oh_ < OH; ++oh_) {                                            \
+        int hs = oh_ * sh - ph;                                                     \
+        long row_ = (o0) + (long)oh_ * OW;                                          \
+        FOR_EACH_OUTPUT(ow_, OW, vec_.x, vec_.y,                                    \
+                        { long o = row_ + ow_; int ws = ow_ * sw - pw; ONE; },      \
+                        { long o = row_ + ow_; int ws = ow_ * sw - pw; SIXTEEN; })  \
+    }
+
+/* The max of one window starting at (hs, ws) in the depth planes dt of volume xp (planes of
+ * H x W), stored at out[o] (and its index, flat in the volume): its taps inside the volume
+ * only, in (d, h, w) order. */
+inline void max_window(__global const elem_t *xp, __global elem_t *out,
+                       __global index_t *indices, long o, depth_taps dt, int H, int W,
+                       int hs, int ws, int kh, int kw, int dh, int dw)
+{
+    acc_t best = -INFINITY;
+    pos_t best_i = -1;
+    int2 ti = taps_within(hs, kh, dh, H), tj = taps_within(ws, kw, dw, W);
+    for (int q = dt.x; q < dt.y; ++q) {
+        pos_t depth = (pos_t)(dt.z + q * dt.w) * H;
+        for (int i = ti.x; i < ti.y; ++i) {
+            pos_t row = (depth + hs + i * dh) * W;
+            for (int j = tj.x; j < tj.y; ++j) {
+                pos_t at = row + ws + j * dw;
+                FOLD_MAX(best, best_i, LOAD(xp, at), at)
+            }
+        }
+    }
+    STORE(out, o, best);
+#ifndef CLPOOL_NO_INDICES
+    indices[o] = (index_t)best_i;
+#endif
+}
+
+#ifndef CLPOOL_NO_LANES16
+/* max_window for the 16 windows starting at (hs, ws + k * sw), k < 16, whose columns all
+ * lie inside the row, as 16-lane vectors. Where every tap is -inf the first tap keeps the
+ * index. */
+inline void max_window16(__global const elem_t *xp, __global elem_t *out,
+                         __global index_t *indices, long o, depth_taps dt, int H, int W,
+                         int hs, int ws, int kh, int kw, int sw, int dh, int dw)
+{
+    const pos16_t lanes = (pos16_t)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    acc16_t best = -INFINITY;
+    pos16_t best_i = -1, first_i = -1;
+    int2 ti = taps_within(hs, kh, dh, H);
+    for (int q = dt.x; q < dt.y; ++q) {
+        pos_t depth = (pos_t)(dt.z + q * dt.w) * H;
+        for (int i = ti.x; i < ti.y; ++i) {
+            pos_t row = (depth + hs + i * dh) * W;
+            if (first_i.s0 < 0)
+                first_i = row + ws + lanes * sw;
+            for (int j = 0; j < kw; ++j) {
+                pos_t at = row + ws + j * dw;
+                acc16_t v = load16_strided(xp, at, sw);
+                FOLD_MAX16(best, best_i, v, at + lanes * sw)
+            }
+        }
+    }
+    STORE16(out, o, best);
+#ifndef CLPOOL_NO_INDICES
+    STORE_INDEX16(indices, o, select(best_i, first_i, best_i < 0));
+#endif
+}
+#endif
+
+/* The sum of one window starting at (hs, ws) in the depth planes dt of volume xp (its
+ * elements inside the volume; no dilation) / div, stored at out[o] (every window has an
+ * element: the shape checks keep padding within half the window). */
+inline void avg_window(__global const elem_t *xp, __global elem_t *out, long o, depth_taps dt,
+                       int H, int W, int hs, int ws, int kh, int kw, acc_t div)
+{
+    acc_t sum = 0;
+    for (int q = dt.x; q < dt.y; ++q) {
+        pos_t depth = (pos_t)(dt.z + q) * H;
+        for (int h = max(hs, 0); h < min(hs + kh, H); ++h)
+            for (int w = max(ws, 0); w < min(ws + kw, W); ++w)
+                sum += LOAD(xp, (depth + h) * W + w);
+    }
+    STORE(out, o, sum / div);
+}
+
+#ifndef CLPOOL_NO_LANES16
+/* avg_window for the 16 windows starting at (hs, ws + k * sw), k < 16, whose columns all
+ * lie inside the row, as 16-lane vectors: they share a divisor. */
+inline void avg_window16(__global const elem_t *xp, __global elem_t *out, long o,
+                         depth_taps dt, int H, int W, int hs, int ws, int kh, int kw, int sw,
+                         acc_t div)
+{
+    acc16_t sum = 0;
+    for (int q = dt.x; q < dt.y; ++q) {
+        pos_t depth = (pos_t)(dt.z + q) * H;
+        for (int h = max(hs, 0); h < min(hs + kh, H); ++h)
+            for (int j = 0; j < kw; ++j)
+                sum += load16_strided(xp, (depth + h) * W + ws + j, sw);
+    }
+    STORE16(out, o, sum / div);
+}
+#endif
+
+#endif
