@@ -509,7 +509,7 @@ inline int clear_rows(__global elem_t *p, int W, int from, int to)
  * divisor: the caller's override, or kh * kw where the host found that all windows
  * divide by that (no minimum and maximum per window); -DCLPOOL_AVG_DIVISOR makes it a
  * build constant (the host's choice where the window's sizes are: on the H200, bfloat16
- * avg_pool2d_backward k3 s2 of [128,64,128,128] 132.1 -> 97.5 us). */
+ * avg_pool2d_backward k3 s2 of [128,64,128,128] 132.1 -> 97.5-107.9 us). */
 inline pos_t avg_divisor(int hs, int ws, int kh, int kw, int H, int W, int ph, int pw,
                          int count_include_pad, int divisor_override)
 {
