@@ -149,7 +149,9 @@ def _adaptive_max_calls(x: np.ndarray, g: Gradient) -> Iterator[Call]:
         )
 
 
-SHAPE_3D = (2, 2, 5, 6, 7)  # the 3-D ops: window (3, 2, 1), and adaptive to (2, 4, 3)
+# the 3-D ops: window (3, 2, 1), and adaptive to (2, 4, 3); rows of 36: the CPU forwards'
+# 16-lane rows run
+SHAPE_3D = (2, 2, 5, 6, 36)
 
 
 def _calls_3d(x: np.ndarray, g: Gradient) -> Iterator[Call]:
@@ -166,15 +168,16 @@ def _calls_3d(x: np.ndarray, g: Gradient) -> Iterator[Call]:
         ref.max_pool3d_with_indices_backward(grad, x, want_i, 3, 2, 1),
         False,
     )
-    args = (3, 2, 1, True, False)
-    yield "avg_pool3d", pool3d.avg_pool3d(x, *args), ref.avg_pool3d(x, *args), False
-    grad = g(ref.avg_pool3d(x, *args).shape)
-    yield (
-        "avg_pool3d_backward",
-        pool3d.avg_pool3d_backward(grad, x, *args),
-        ref.avg_pool3d_backward(grad, x, *args),
-        False,
-    )
+    # each window its own divisor (ceil mode, padding left out), then one for all (27)
+    for args in ((3, 2, 1, True, False), (3, 2, 1)):
+        yield f"avg_pool3d {args}", pool3d.avg_pool3d(x, *args), ref.avg_pool3d(x, *args), False
+        grad = g(ref.avg_pool3d(x, *args).shape)
+        yield (
+            f"avg_pool3d_backward {args}",
+            pool3d.avg_pool3d_backward(grad, x, *args),
+            ref.avg_pool3d_backward(grad, x, *args),
+            False,
+        )
     size = (2, 4, 3)
     want = ref.adaptive_avg_pool3d(x, size)
     yield "adaptive_avg_pool3d", pool3d.adaptive_avg_pool3d(x, size), want, False

@@ -48,10 +48,10 @@ inline depth_taps depth_taps_2d(void)
     return (int4)(0, 1, 0, 1);
 }
 
-/* The per-plane forwards' walk over an output plane of OH x OW from out[o0], with the window
- * sizes (kh, kw, sh, sw, ph, pw) in scope and span_w a window's extent along W: ONE for the
- * window starting at (hs, ws) whose output is out[o], and SIXTEEN for the 16 from there
- * along its row where they lie inside it (FOR_EACH_OUTPUT). */
+/* The per-plane forwards' walk over an output plane of OH x OW from out[o0], with W, OH,
+ * OW and the window sizes (sh, sw, ph, pw) in scope and span_w a window's extent along W:
+ * ONE for the window starting at (hs, ws) whose output is out[o], and SIXTEEN for the 16
+ * from there along its row where they lie inside it (FOR_EACH_OUTPUT). */
 #define FOR_PLANE_WINDOWS(o0, span_w, ONE, SIXTEEN)                                 \
     int2 vec_ = vector_outputs(W, OW, sw, pw, (span_w));                            \
     for (int oh_ = 0; oh_ < OH; ++oh_) {                                            \

@@ -1,6 +1,7 @@
-/* 3-D pooling over (D, H, W) volumes. Forward kernels take one work-item per output,
- * backward kernels one per input element: dimension 0 walks W, 1 walks H, 2 the
- * (batch, channel, depth) rows of the output (forward) or the input (backward). Volume
+/* 3-D pooling over (D, H, W) volumes. Forward kernels take a tile of outputs per work-item,
+ * backward kernels a tile of input elements: dimension 0 walks W, 1 walks H, 2 the
+ * (batch, channel, depth) rows of the output (forward) or the input (backward); their
+ * `_plane` twins for a CPU take an output plane (forward) or a volume (backward). Volume
  * offsets are 64-bit; offsets inside a volume are pos_t (-DCLPOOL_LARGE_PLANE for a
  * volume of 2^31 elements or more). */
 

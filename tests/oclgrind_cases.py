@@ -376,8 +376,8 @@ def _as_gpu(run: Callable[[], object]) -> Callable[[], object]:
 
 
 def _as_cpu(run: Callable[[], object]) -> Callable[[], object]:
-    """`run` with the kernels clpool picks on a CPU: one plane per work-item for the
-    backward ops and global average pooling."""
+    """`run` with the kernels clpool picks on a CPU: one plane (or volume) per work-item
+    for the windowed ops and global average pooling."""
     def wrapped():
         with policy.use(per_plane=True, gpu=False):
             return run()

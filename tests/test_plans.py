@@ -387,13 +387,16 @@ def test_one_divisor_for_every_window_is_a_build_constant(device, build_options,
              ((2, 2, 0), dict(count_include_pad=False), "4", "8")]  # fmt: skip
     with policy.use(gpu=gpu, per_plane=False):
         for (k, s, p), kw, flat, volume in cases:
-            for x, want, pool, back, reference in (
-                (x2, flat, clpool.avg_pool2d, clpool.avg_pool2d_backward, ref.avg_pool2d),
-                (x3, volume, clpool.avg_pool3d, clpool.avg_pool3d_backward, ref.avg_pool3d),
-            ):
-                build_options.clear()
-                out = pool(x, k, s, p, **kw)
-                back(np.ones_like(out), x, k, s, p, **kw)
-                np.testing.assert_allclose(out, reference(x, k, s, p, **kw), rtol=1e-12)
-                divisors = {o for opts in build_options for o in opts if "AVG_DIVISOR" in o}
-                assert divisors == ({f"-DCLPOOL_AVG_DIVISOR={want}"} if want else set()), kw
+            for x, want, pool, back, pool_ref, back_ref in (
+                (x2, flat, clpool.avg_pool2d, clpool.avg_pool2d_backward, ref.avg_pool2d,
+                 ref.avg_pool2d_backward),
+                (x3, volume, clpool.avg_pool3d, clpool.avg_pool3d_backward, ref.avg_pool3d,
+                 ref.avg_pool3d_backward),
+            ):  # fmt: skip
+                g = rng.standard_normal(pool_ref(x, k, s, p, **kw).shape)
+                for op, op_ref, arrays in ((pool, pool_ref, (x,)), (back, back_ref, (g, x))):
+                    build_options.clear()  # each op's own programs
+                    got = op(*arrays, k, s, p, **kw)
+                    np.testing.assert_allclose(got, op_ref(*arrays, k, s, p, **kw), rtol=1e-12)
+                    divisors = {o for opts in build_options for o in opts if "AVG_DIVISOR" in o}
+                    assert divisors == ({f"-DCLPOOL_AVG_DIVISOR={want}"} if want else set()), kw

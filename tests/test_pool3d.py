@@ -381,17 +381,16 @@ def test_the_forward_per_plane_equals_a_work_item_per_output_bit_for_bit(case, d
     and with indices; the average of random values (an order of summation would show)."""
     rng = np.random.default_rng(case)
     max_case, avg_case = (PER_VOLUME + [(w, w) for w in WIDE_ROWS])[case]
-    shape, k, s, p, d, ceil = max_case
+    shape, *window = max_case
     x = _data(shape, dtype, case)
     x.reshape(-1)[rng.random(x.size) < 0.05] = np.nan
     x.reshape(-1)[rng.random(x.size) < 0.05] = -np.inf
-    runs = [("max_pool3d_forward", lambda: clpool.max_pool3d_with_indices(x, k, s, p, d, ceil)),
-            ("max_pool3d_forward", lambda: [clpool.max_pool3d(x, k, s, p, d, ceil)])]  # fmt: skip
+    runs = [("max_pool3d_forward", lambda: clpool.max_pool3d_with_indices(x, *window)),
+            ("max_pool3d_forward", lambda: [clpool.max_pool3d(x, *window)])]  # fmt: skip
     shape, k, s, p, _, ceil = avg_case
     y = (_data(shape, dtype, case) + rng.random(shape)).astype(dtype)
-    include, override = bool(case % 2), (None, 3, 7)[case % 3]
-    runs.append(("avg_pool3d_forward",
-                 lambda: [clpool.avg_pool3d(y, k, s, p, ceil, include, override)]))  # fmt: skip
+    avg = (k, s, p, ceil, bool(case % 2), (None, 3, 7)[case % 3])
+    runs.append(("avg_pool3d_forward", lambda: [clpool.avg_pool3d(y, *avg)]))
     for name, run in runs:
         with policy.use(per_plane=False):
             want = run()
