@@ -30,7 +30,6 @@
     TAKE_MAX(best, v, MAX_TAKES(v, best));
 #endif
 
-
 /* The depth planes of a window's taps inside its volume: planes z + q * w for q from x
  * up to y (taps_within); a 2-D window's one plane is depth_taps_2d(). (A vector, not a
  * struct: Oclgrind's uninitialized-value checks lost track of a struct passed by value and
