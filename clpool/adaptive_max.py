@@ -70,12 +70,14 @@ def _step(p: Planner, name: str, cols: int, rows: int, slices: int, planes: int,
 
 
 def _max_pool_cells(
-    p: Planner, volume: tuple[int, int, int], cells: tuple[int, int, int]
+    p: Planner, volume: tuple[int, int, int], cells: tuple[int, int, int], backward: bool
 ) -> shapes.Window | None:
-    """On a GPU, the window of max_pool2d that equal cells tiling an (H, W) plane (D and OD
-    of 1) are, else None: its tuned kernels give the same maxima, indices (first of ties,
-    last NaN) and gradients (a gather over the one window of each element)."""
-    if not p.gpu or volume[0] != 1 or cells[0] != 1:
+    """The window of max_pool2d that equal cells tiling an (H, W) plane (D and OD of 1) are,
+    else None: its kernels give the same maxima, indices (first of ties, last NaN) and
+    gradients (the sums over the one window of each element). A forward takes them on a
+    GPU only (on this project's Intel CPU, [8,256,14,14] to 7x7: 0.85 against 0.75 ms for
+    the adaptive kernel), a backward everywhere (0.31 -> 0.12 ms there)."""
+    if not (p.gpu or backward) or volume[0] != 1 or cells[0] != 1:
         return None
     return ops._equal_cells(volume[1], volume[2], cells[1], cells[2])
 
@@ -97,7 +99,7 @@ def _plan_forward(
     (d, h, w), (od, oh, ow) = _volume(tuple(spatial)), _volume(out)
     p.index_bits = ops._index_bits(index_dtype)
     ops._check_index_range(p.index_bits, d * h * w)
-    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow))
+    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow), backward=False)
     if cells is not None:
         p.family = "max"
         tuned_as = "max_pool2d_forward" if with_indices else "max_pool2d_values"
@@ -199,7 +201,7 @@ def _plan_backward(
     (d, h, w), (od, oh, ow) = _volume(tuple(spatial)), _volume(tuple(grad.shape[-rank:]))
     ops._check_index_range(p.index_bits, d * h * w)
     p.output("grad_x", x.shape)
-    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow))
+    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow), backward=True)
     if cells is not None:
         p.family = "max"
         p.specialize("max_pool2d_backward", (h * w, oh * ow), cells, planes=n * c,

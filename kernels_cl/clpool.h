@@ -111,10 +111,12 @@ typedef uint16 lanes16_t;
  * index from a backward tile's first element (any index, no overflow). */
 #if CLPOOL_INDEX == 32
 typedef int index_t;
+typedef int16 index16_t;
 typedef uint uindex_t;
 #define STORE_INDEX16(p, i, v) vstore16(convert_int16(v), 0, (p) + (i))
 #else
 typedef long index_t;
+typedef long16 index16_t;
 typedef ulong uindex_t;
 #define STORE_INDEX16(p, i, v) vstore16(convert_long16(v), 0, (p) + (i))
 #endif

@@ -175,9 +175,9 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
 
 /* The backward for a CPU: one work-item per plane adds each gradient at the element its
  * index names, in output order (into rows cleared just before), skipping an index outside
- * its window or the plane. That is the gather above (the same sums in the same order) as plain loops,
- * PyTorch's CPU algorithm: a CPU gathering pays a vector gather per candidate window
- * (BENCHMARKS.md). */
+ * its window or the plane (checked 16 windows at a time: plane.h). That is the gather
+ * above (the same sums in the same order) as plain loops, PyTorch's CPU algorithm: a CPU
+ * gathering pays a vector gather per candidate window (BENCHMARKS.md). */
 __kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out,
                                         __global const index_t *restrict indices,
                                         __global elem_t *restrict grad_x,
@@ -188,23 +188,14 @@ __kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out
     __global const elem_t *gp = grad_out + plane * OH * OW;
     __global const index_t *ip = indices + plane * OH * OW;
     __global elem_t *xp = grad_x + plane * H * W;
-    int span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
+    pos_t HW = (pos_t)H * W;
+    index_t lo = 0, hi = HW; /* one depth: the plane */
+    int z0 = 0, span_d = 1, span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
     int cleared = 0;
     for (int oh = 0; oh < OH; ++oh) {
-        cleared = clear_rows(xp, W, cleared, min(oh * sh - ph + span_h, H));
-        for (int ow = 0; ow < OW; ++ow) {
-            pos_t o = (pos_t)oh * OW + ow;
-            index_t at = ip[o];
-            if (at < 0 || at >= (index_t)H * W)
-                continue;
-            /* a names an element of the plane, so pos_t holds it: a 32-bit division
-             * unless the plane is larger (64-bit: max bwd k3 s2 2.5 ms against 1.5 on
-             * this project's CPU) */
-            pos_t a = (pos_t)at, ih = a / W;
-            if (INSIDE(ih - (oh * sh - ph), span_h)
-                && INSIDE(a - ih * W - (ow * sw - pw), span_w))
-                STORE(xp, a, LOAD(xp, a) + LOAD(gp, o));
-        }
+        int y0 = oh * sh - ph;
+        cleared = clear_rows(xp, W, cleared, min(y0 + span_h, H));
+        ADD_MAX_GRADS_ROW((pos_t)oh * OW, -pw)
     }
     clear_rows(xp, W, cleared, H);
 }

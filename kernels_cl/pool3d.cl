@@ -420,18 +420,13 @@ __kernel void max_pool3d_backward_plane(__global const elem_t *restrict grad_out
     int span_d = (kd - 1) * dd + 1, span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
     int cleared = 0;
     for (int od = 0; od < OD; ++od) {
-        cleared = clear_depths(xp, HW, cleared, min(od * sd - pd + span_d, D));
-        for (int oh = 0; oh < OH; ++oh)
-            for (int ow = 0; ow < OW; ++ow) {
-                pos_t o = ((pos_t)od * OH + oh) * OW + ow;
-                index_t at = ip[o];
-                if (at < 0 || at >= (index_t)D * HW)
-                    continue;
-                pos_t a = (pos_t)at, id = a / HW, rest = a - id * HW, ih = rest / W;
-                if (INSIDE(id - (od * sd - pd), span_d) && INSIDE(ih - (oh * sh - ph), span_h)
-                    && INSIDE(rest - ih * W - (ow * sw - pw), span_w))
-                    STORE(xp, a, LOAD(xp, a) + LOAD(gp, o));
-            }
+        int z0 = od * sd - pd;
+        cleared = clear_depths(xp, HW, cleared, min(z0 + span_d, D));
+        index_t lo = (index_t)max(z0, 0) * HW, hi = (index_t)min(z0 + span_d, D) * HW;
+        for (int oh = 0; oh < OH; ++oh) {
+            int y0 = oh * sh - ph;
+            ADD_MAX_GRADS_ROW(((pos_t)od * OH + oh) * OW, -pw)
+        }
     }
     clear_depths(xp, HW, cleared, D);
 }

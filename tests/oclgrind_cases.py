@@ -404,6 +404,34 @@ CPU_WINDOWS = [
 ]
 
 
+MAX_2D = (clpool.max_pool2d_with_indices_backward, ref.max_pool2d_with_indices,
+          ref.max_pool2d_with_indices_backward)
+MAX_3D = (clpool.max_pool3d_with_indices_backward, ref.max_pool3d_with_indices,
+          ref.max_pool3d_with_indices_backward)
+
+
+def _wide_max_backward(name: str, x: np.ndarray, args: tuple, dtype: np.dtype, seed: int,
+                       ops: tuple) -> Iterator[tuple[str, object, object]]:
+    """The CPU's max backward (`ops`: clpool's, the reference forward and backward) of x, whose
+    rows it checks 16 windows at a time: int64 and int32 indices as the forward gave them,
+    and with some naming no element (-1, one past the end; int64: 2^32 past element 0,
+    whose low 32 bits name it) in the first 16 windows and the last."""
+    backward, ref_forward, ref_backward = ops
+    out, idx = ref_forward(x, *args)
+    grad = _data(out.shape, dtype, seed)
+    size = int(np.prod(x.shape[2:]))
+    for index in ("int64", "int32"):
+        good = idx.astype(index)
+        bad = good.copy()
+        flat = bad.reshape(-1)
+        for j, v in enumerate([-1, size] + ([2**32] if index == "int64" else [])):
+            flat[[j, -1 - j]] = v
+        for label, i in (("", good), ("/out-of-range", bad)):
+            yield (f"{name}/{index}{label}",
+                   _as_cpu(lambda g=grad, i=i: backward(g, x, *args, indices=i)),
+                   lambda g=grad, i=i: ref_backward(g, x, i, *args))
+
+
 def plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """The max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAPTIVE, through
     the kernels a CPU runs (the `_plane` kernels; Oclgrind's device is a GPU)."""
@@ -421,6 +449,8 @@ def plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
             x, *a)), lambda x=x, a=(k, s, p): ref.max_pool2d(x, *a))
         yield (f"plane/avg_pool2d/{name}", _as_cpu(lambda x=x, a=(k, s, p): clpool.avg_pool2d(
             x, *a)), lambda x=x, a=(k, s, p): ref.avg_pool2d(x, *a))
+        yield from _wide_max_backward(f"plane/max_pool2d_with_indices_backward/{name}", x,
+                                      (k, s, p), dtype, 850 + seed, MAX_2D)
     for name, run, want in adaptive_cases(dtype, ADAPTIVE + CPU_ADAPTIVE):
         yield f"plane/{name}", _as_cpu(run), want
     x = _data((1, 2, 20, 21), dtype, 700)
@@ -715,6 +745,8 @@ def pool3d_plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
            lambda: ref.max_pool3d(x, 3, 2, 1))
     yield ("plane/avg_pool3d/wide", _as_cpu(lambda: clpool.avg_pool3d(x, 3, 2, 1)),
            lambda: ref.avg_pool3d(x, 3, 2, 1))
+    yield from _wide_max_backward("plane/max_pool3d_with_indices_backward/wide", x,
+                                  (3, 2, 1), dtype, 1201, MAX_3D)
 
 
 FAMILIES += (pool3d_plane_cases,)

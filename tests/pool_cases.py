@@ -153,6 +153,48 @@ def data(
     return x.astype(dtype)
 
 
+def scrambled(idx: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """idx with some indices swapped for any element of a plane or volume of `size` (in or
+    out of their window, often one that other windows name too) and some for none (-1, -7,
+    one past the end, far past it; int64: 2^32 past an element, whose low 32 bits name
+    it)."""
+    bad = idx.copy().reshape(-1)
+    picks = rng.random(bad.size)
+    anywhere, outside = picks < 0.3, picks > 0.9
+    bad[anywhere] = rng.integers(0, size, int(anywhere.sum()))
+    past = [-1, -7, size, size + 1000] + ([2**32 + size // 2] if bad.dtype == np.int64 else [])
+    bad[outside] = rng.choice(past, int(outside.sum()))
+    return bad.reshape(idx.shape)
+
+
+def wrapped(idx: np.ndarray, size: tuple[int, ...], k, s, p, d, rng: np.random.Generator):
+    """idx (of windows (k, s, p, d) over planes or volumes of `size`, 2 or 3 axes) with each
+    index swapped, where the window has one, for an element just outside it whose flat
+    offset is next to its span's: the last of the row before its first row or the first of
+    the row after its last (in one of its depths), the last of the depth before its first
+    or the first of the depth after its last. A check of a flat offset that drops an axis
+    takes them for the window's."""
+    size = (1,) * (3 - len(size)) + tuple(size)
+    k, s, p, d = ((1,) * (3 - len(size)) + _axes(v, len(size)) for v in (k, s, p, d))
+    bad = idx.copy()
+    for at in np.ndindex(*idx.shape):
+        out = (1,) * (5 - idx.ndim) + at
+        z0, y0 = (out[2 + a] * s[a] - p[a] for a in (0, 1))
+        span_d, span_h = ((k[a] - 1) * d[a] + 1 for a in (0, 1))
+        z = max(z0, 0)
+        near = [(z, y0 - 1, size[2] - 1), (z, y0 + span_h, 0), (z0 - 1, size[1] - 1, size[2] - 1),
+                (z0 + span_d, 0, 0)]  # fmt: skip
+        near = [n for n in near if all(0 <= v < size[a] for a, v in enumerate(n))]
+        if near:
+            zz, yy, xx = near[rng.integers(len(near))]
+            bad[at] = (zz * size[1] + yy) * size[2] + xx
+    return bad
+
+
+def _axes(v, n: int) -> tuple[int, ...]:
+    return tuple(v) if isinstance(v, tuple) else (v,) * n
+
+
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     """Equal shape, dtype and bytes (NaN payloads included)."""
     a, b = np.asarray(a), np.asarray(b)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl.array as cla
 import pytest
-from pool_cases import check_argument_error, check_error, data, same_bits
+from pool_cases import check_argument_error, check_error, data, same_bits, scrambled
 
 import clpool
 from clpool import policy
@@ -388,6 +388,30 @@ def test_gpu_geometry_gives_atens_results(device, launched, rows):
     names = {name for name, _ in launched}
     assert {"adaptive_max_pool_forward", "adaptive_max_pool_backward", "max_pool2d_forward",
             "max_pool2d_backward"} <= names  # fmt: skip
+
+
+def test_a_cpus_backward_of_equal_cells_is_max_pool2ds(device, launched):
+    """On a CPU, equal cells of a plane take max_pool2d's per-plane backward, the forward
+    the adaptive kernel: ATen's bits (rows of 16 cells or more too); with indices outside
+    their cells, the gather's bits (nothing added for them)."""
+    rng = np.random.default_rng(95)
+    cases = [((2, 3, 14, 14), 7), ((1, 2, 8, 12), (4, 3)), ((1, 2, 6, 80), (3, 40)),
+             ((2, 1, 4, 51), (2, 17))]  # fmt: skip
+    for shape, size in cases:
+        x = data(rng, shape, special=True)
+        with policy.use(gpu=False, per_plane=True):
+            v, i = clpool.adaptive_max_pool2d(x, size, return_indices=True)
+            assert launched[-1][0] == "adaptive_max_pool_forward"
+            g = rng.standard_normal(v.shape).astype(np.float32)
+            got = clpool.adaptive_max_pool2d_backward(g, x, i)
+            assert launched[-1][0] == "max_pool2d_backward_plane"
+            assert same_bits(got, _torch_backward(2, g, x, i)), shape
+            bad = scrambled(i, shape[-2] * shape[-1], rng)
+            got = clpool.adaptive_max_pool2d_backward(g, x, bad)
+        with policy.use(gpu=True, per_plane=False):
+            want = clpool.adaptive_max_pool2d_backward(g, x, bad)
+        assert launched[-1][0] == "max_pool2d_backward"
+        assert same_bits(got, want), shape
 
 
 @pytest.mark.parametrize("gpu", [False, True])

@@ -15,7 +15,9 @@ from pool_cases import (
     check_error,
     data,
     same_bits,
+    scrambled,
     window_cases,
+    wrapped,
 )
 
 import clpool
@@ -494,6 +496,37 @@ def test_gpu_adaptive_backward_gives_pytorchs_bits(device, rows):
             assert same_bits(got, xt.grad.numpy()), (shape, size)
             assert same_bits(plane, got), (shape, size)
         assert same_bits(nhwc, got), (shape, size)
+
+
+# Rows of 16 windows or more, which the CPU's max backward checks 16 at a time: (shape,
+# kernel_size, stride, padding, dilation, ceil_mode); 37, 20, 25, 17 and 16 windows a row.
+WIDE_ROWS = [((2, 3, 5, 37), 3, 1, 1, 1, False), ((1, 2, 6, 40), 2, 2, 0, 1, False),
+             ((1, 2, 7, 50), 3, 2, 1, 2, True), ((1, 1, 4, 17), (2, 3), 1, 1, 1, False),
+             ((1, 2, 3, 16), 3, 1, 1, 1, False)]  # fmt: skip
+
+
+@pytest.mark.parametrize("index", [np.int64, np.int32])
+@pytest.mark.parametrize("case", range(len(WIDE_ROWS)))
+def test_the_cpus_max_backward_of_wide_rows_equals_the_gather(launched, case, index):
+    """max_pool2d_backward_plane, 16 windows at a time (the last 16 of a row overlapping
+    those before): the gather's bits, with ties and NaN, and with indices outside their
+    windows (next to their rows too), repeated, and outside the plane (int64: one whose low
+    32 bits name an element of it)."""
+    rng = np.random.default_rng(3500 + case)
+    shape, *window = WIDE_ROWS[case]
+    x = data(rng, shape, special=True)
+    x[..., 1:3, 2:9] = 0.5  # ties
+    _, idx = clpool.max_pool2d_with_indices(x, *window, index_dtype=index)
+    g = data(rng, idx.shape)
+    bad = scrambled(idx, shape[-2] * shape[-1], rng), wrapped(idx, shape[-2:], *window[:4], rng)
+    for i in (idx, *bad):
+        with policy.use(gpu=True, per_plane=False):
+            want = _max_bw(g, x, i, window)
+        assert launched[-1][0] == "max_pool2d_backward"
+        with policy.use(per_plane=True):
+            got = _max_bw(g, x, i, window)
+        assert launched[-1][0] == "max_pool2d_backward_plane"
+        assert same_bits(got, want), i
 
 
 @pytest.mark.parametrize("tile", [(8, 2), (8, 4), (2, 3), (3, 1), (1, 1)])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl.array as cla
 import pytest
-from pool_cases import fresh_queue, same_bits
+from pool_cases import fresh_queue, same_bits, scrambled, wrapped
 
 import clpool
 from clpool import policy, pool3d
@@ -312,18 +312,6 @@ def test_forward_tiles_load_rows_as_vectors_and_give_the_same_bits(case, build_o
 # ---------------------------------------------------------------- one work-item per volume
 
 
-def _scrambled(idx: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
-    """idx with some indices swapped for any element of a volume of `size` (in or out of
-    their window, often one that other windows name too) and some for none (-1, -7, one
-    past the volume, far past it)."""
-    bad = idx.copy().reshape(-1)
-    picks = rng.random(bad.size)
-    anywhere, outside = picks < 0.3, picks > 0.9
-    bad[anywhere] = rng.integers(0, size, int(anywhere.sum()))
-    bad[outside] = rng.choice([-1, -7, size, size + 1000], int(outside.sum()))
-    return bad.reshape(idx.shape)
-
-
 # (max case, average case): random ones, and windows overlapping along every axis (27 of
 # them reach an element: an order of summation shows).
 PER_VOLUME = [(MAX_CASES[i], AVG_CASES[i]) for i in range(0, 24, 2)] + [
@@ -331,25 +319,34 @@ PER_VOLUME = [(MAX_CASES[i], AVG_CASES[i]) for i in range(0, 24, 2)] + [
 ]
 
 
+# Rows wide enough for 16 windows of a row at once (the CPU kernels' vectors), by stride,
+# dilation and padding: (shape, kernel_size, stride, padding, dilation, ceil_mode).
+WIDE_ROWS = [((1, 2, 4, 5, 40), 3, 2, 1, 1, False), ((2, 1, 3, 4, 37), 3, 1, 1, 1, True),
+             ((1, 2, 5, 3, 50), (2, 3, 3), (2, 1, 3), (1, 1, 0), (1, 1, 1), True),
+             ((1, 1, 4, 4, 45), (3, 2, 3), (1, 1, 2), (1, 0, 1), (2, 1, 2), False)]  # fmt: skip
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("case", range(len(PER_VOLUME)))
+@pytest.mark.parametrize("case", range(len(PER_VOLUME) + len(WIDE_ROWS)))
 def test_the_backward_per_volume_equals_the_gather_bit_for_bit(case, dtype, launched):
     """max_pool3d_backward_plane and avg_pool3d_backward_plane against the gathers of one
     input element per work-item (random gradients, so that the order of summation would
-    show); max with its indices, and with indices outside their windows, repeated, and
-    outside the volume."""
+    show); max with its indices, and with indices outside their windows (next to their
+    rows and depths too), repeated, and outside the volume; rows of 16 windows or more,
+    which the max backward checks 16 at a time (their last 16 overlap those before)."""
     rng = np.random.default_rng(case)
-    shape, k, s, p, d, ceil = PER_VOLUME[case][0]
+    max_case, avg_case = (PER_VOLUME + [(w, w) for w in WIDE_ROWS])[case]
+    shape, k, s, p, d, ceil = max_case
     x = (_data(shape, dtype, case) + rng.random(shape)).astype(dtype)
     _, i = clpool.max_pool3d_with_indices(x, k, s, p, d, ceil)
     g = rng.standard_normal(i.shape).astype(dtype)
-    bad = _scrambled(i, int(np.prod(shape[2:])), rng)
+    bad = scrambled(i, int(np.prod(shape[2:])), rng), wrapped(i, shape[2:], k, s, p, d, rng)
     window = (k, s, p, d, ceil)
     runs = [
         ("max_pool3d_backward", lambda j: clpool.max_pool3d_with_indices_backward(
-            g, x, *window, j), index) for index in (i, bad)
+            g, x, *window, j), index) for index in (i, *bad)
     ]  # fmt: skip
-    shape, k, s, p, _, ceil = PER_VOLUME[case][1]
+    shape, k, s, p, _, ceil = avg_case
     y = (_data(shape, dtype, case) + rng.random(shape)).astype(dtype)
     include, override = bool(case % 2), (None, 3, 7)[case % 3]
     ga = rng.standard_normal(clpool.avg_pool3d(y, k, s, p, ceil).shape).astype(dtype)
@@ -363,13 +360,6 @@ def test_the_backward_per_volume_equals_the_gather_bit_for_bit(case, dtype, laun
             got = run(arg)
         assert launched[-1][0] == f"{name}_plane"
         assert got.tobytes() == want.tobytes()
-
-
-# Rows wide enough for 16 windows of a row at once (the CPU forwards' vectors), by stride,
-# dilation and padding: (shape, kernel_size, stride, padding, dilation, ceil_mode).
-WIDE_ROWS = [((1, 2, 4, 5, 40), 3, 2, 1, 1, False), ((2, 1, 3, 4, 37), 3, 1, 1, 1, True),
-             ((1, 2, 5, 3, 50), (2, 3, 3), (2, 1, 3), (1, 1, 0), (1, 1, 1), True),
-             ((1, 1, 4, 4, 45), (3, 2, 3), (1, 1, 2), (1, 0, 1), (2, 1, 2), False)]  # fmt: skip
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
