@@ -548,7 +548,7 @@ def _plan_adaptive_backward(
             "avg_pool2d_backward", (w, h, n * c), **_avg_sizes(win, h, w, True, divisor)
         )
     else:
-        p.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow), planes=n * c)
+        p.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow), planes=n * c, row=w)
         p.cell_bounds(h, w, oh, ow)
         p.step_by_plane("adaptive_avg_pool2d_backward", (w, h, n * c), H=h, W=w, OH=oh, OW=ow)
     return p.plan("grad_out", None)

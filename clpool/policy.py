@@ -22,7 +22,7 @@ from .shapes import MAX_TILE
 # "max_pool2d_values" is max_pool2d_forward without indices, and
 # "adaptive_avg_pool2d_backward equal" the average pooling backward that adaptive pooling
 # with equal cells runs. A name with " s1" is for windows of stride 1. Kernels not named
-# take (1, 1); columns apply to the four windowed kernels (TILED) only. On a CPU the max
+# take (1, 1); columns apply to the tiled kernels (plans.TILED) only. On a CPU the max
 # backward (within 6% of (4, 1)) and the adaptive kernels (forward: faster on 3 of 5
 # shapes; backward of unequal cells: 7% slower, on 2 planes: more run one per work-item)
 # take (1, 1), so that a backward runs in its forward's program. " tiling": windows that
@@ -56,7 +56,15 @@ TILES = {
         "avg_pool2d_backward s1": (4, 4),
         "adaptive_avg_pool2d_forward": (2, 1),
         "adaptive_avg_pool2d_backward equal": (16, 2),
+        # H200, [128,64,128,128] to 7x7, float32: (16, 1) 324.2 us, (16, 2) 245.4, (16, 4)
+        # 233.8, (32, 2) 198.8, (64, 2) 172.9; bfloat16 (columns stored packed): (16, 1)
+        # 360.2, (16, 2) 322.2, (64, 4) 235.6. To 7 of [32,64,112,112] and [64,256,56,56]:
+        # (16, 1) 38.4 and 57.0, (16, 2) 40.5 and 58.0 (larger tiles not timed there)
         "adaptive_avg_pool2d_backward": (16, 2),
+        # planes of one row (adaptive_avg_pool1d's backward), [64,256,4096] to 64, wall:
+        # 1 x 1 640 us, 1 x 4 201, 1 x 8 547, 1 x 16 699 (1 x 32, the tile's 16 x 2 as
+        # columns: 1,239)
+        "adaptive_avg_pool2d_backward row": (1, 4),
         # rows of 4 channels of a pixel per work-item (channels-last); H200, to 7x7 of
         # [32,64,112,112]: 32.0 us with 8, 32.5 with 16 (one element each before: 110)
         "adaptive_avg_pool2d_backward_strided": (8, 1),

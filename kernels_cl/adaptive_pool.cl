@@ -173,26 +173,35 @@ __kernel void adaptive_avg_pool2d_band(__global const elem_t *restrict x,
 
 /* grad_x[i] = the sum over the cells containing i of grad_out / the cell's rows / its
  * columns, in output order (the per-plane kernel's sums). A work-item takes CLPOOL_ROWS
- * rows of a column, whose cells change at a few rows only. */
+ * rows of CLPOOL_COLS columns, whose cells change at a few rows only, and stores a row's
+ * columns at once (bfloat16: packed, with CLPOOL_PACK). */
 __kernel void adaptive_avg_pool2d_backward(__global const elem_t *restrict grad_out,
                                            __global elem_t *restrict grad_x,
                                            int H, int W, int OH, int OW)
 {
-    int iw = get_global_id(0);
-    if (iw >= W)
+    int iw0 = tile_start(0, CLPOOL_COLS, W);
+    if (iw0 >= W)
         return;
     long plane = PLANE_ID();
     __global const elem_t *gp = grad_out + plane * OH * OW;
-    int ow0 = cell_start(iw, OW, W), ow1 = cell_end(iw, OW, W), oh0, oh1, next = -1;
-    acc_t g = 0;
+    int first[CLPOOL_COLS], last[CLPOOL_COLS], oh0, oh1, next = -1;
+    acc_t g[CLPOOL_COLS];
+    for (int c = 0; c < CLPOOL_COLS; ++c) {
+        int iw = min(iw0 + c, W - 1);
+        first[c] = cell_start(iw, OW, W);
+        last[c] = cell_end(iw, OW, W);
+    }
 #define GRAD(oh, ow) LOAD(gp, (pos_t)(oh) * OW + (ow))
     FOR_EACH_ROW(ih, H) {
         if (ih >= next) {
             next = cells_at(ih, H, OH, &oh0, &oh1);
-            g = 0;
-            SUM_SHARES(g, GRAD)
+            for (int c = 0; c < CLPOOL_COLS; ++c) {
+                int ow0 = first[c], ow1 = last[c];
+                g[c] = 0;
+                SUM_SHARES(g[c], GRAD)
+            }
         }
-        STORE(grad_x, plane * H * W + (pos_t)ih * W + iw, g);
+        STORE_COLS(grad_x, plane * H * W + (pos_t)ih * W + iw0, g, min(CLPOOL_COLS, W - iw0));
     }
 #undef GRAD
 }

@@ -465,10 +465,11 @@ def test_gpu_tiles_of_the_avg_backward_give_pytorchs_bits(device, build_options,
     assert any({"-DCLPOOL_PH=1", "-DCLPOOL_PW=2"} <= set(o) for o in build_options)
 
 
-@pytest.mark.parametrize("rows", [1, 3, 8, 16])
-def test_gpu_adaptive_backward_gives_pytorchs_bits(device, rows):
+@pytest.mark.parametrize("rows, cols", [(1, 1), (3, 2), (8, 4), (16, 3)])
+def test_gpu_adaptive_backward_gives_pytorchs_bits(device, rows, cols):
     """The GPU's adaptive average backward of unequal cells, NCHW and channels-last, with
-    `rows` rows per work-item (and CLPOOL_COLS=2, which it does not take): each element
+    tiles of `rows` rows and `cols` columns (the channels-last kernel takes no columns;
+    a last tile may be cut short): each element
     adds its cells' shares grad_out / rows / columns in output order, worked out again only
     where its cells change: PyTorch CPU's bits and the per-plane kernel's (on a GPU: within
     1e-6), down- and upsampling; the channels-last kernel's bits are the NCHW kernel's."""
@@ -483,7 +484,7 @@ def test_gpu_adaptive_backward_gives_pytorchs_bits(device, rows):
         y = torch.nn.functional.adaptive_avg_pool2d(xt, size)
         g = data(rng, tuple(y.shape))
         y.backward(torch.from_numpy(g))
-        with policy.use(gpu=True, per_plane=False, rows=rows, cols=2):
+        with policy.use(gpu=True, per_plane=False, rows=rows, cols=cols):
             got = clpool.adaptive_avg_pool2d_backward(g, x)
             nhwc = clpool.adaptive_avg_pool2d_backward(
                 stored_channels_last(g), stored_channels_last(x)

@@ -538,6 +538,29 @@ def test_gpu_wide_adaptive_backward():
     assert_rounded_once(got, xf.grad.numpy())
 
 
+def test_gpu_adaptive_backward_of_unequal_cells_in_tiles(build_options):
+    """Unequal adaptive cells with a GPU's tiles of rows and columns, each row's columns
+    stored packed (-DCLPOOL_PACK=2 or 4 where they divide the row) or one by one (a last
+    tile cut short): the bits of one element per work-item, rounded once from torch's
+    float32 gradient."""
+    rng = np.random.default_rng(22)
+    for shape, size in [((2, 3, 13, 12), (5, 4)), ((1, 2, 9, 10), (4, 3)), ((1, 1, 7, 9), 2)]:
+        x, g = data(rng, shape), None
+        runs = []
+        for tile in ({"rows": 1, "cols": 1}, {"rows": 16, "cols": 2}, {"rows": 3, "cols": 4}):
+            if g is None:
+                g = data(rng, clpool.adaptive_avg_pool2d(x, size).shape)
+            with policy.use(gpu=True, **tile):
+                runs.append(bits(clpool.adaptive_avg_pool2d_backward(g, x)))
+        assert all(np.array_equal(r, runs[0]) for r in runs), shape
+        xf = tensor(x).float().requires_grad_()
+        F.adaptive_avg_pool2d(xf, size).backward(tensor(g).float())
+        assert_rounded_once(runs[0].view(x.dtype), xf.grad.numpy(), shape)
+    built = [" ".join(o) for o in build_options]
+    assert any("-DCLPOOL_PACK=4" in b and "-DCLPOOL_COLS=4" in b for b in built)
+    assert any("-DCLPOOL_PACK=2" in b and "-DCLPOOL_COLS=2" in b for b in built)
+
+
 # ---------------------------------------------------------------- the 3-D ops
 
 
