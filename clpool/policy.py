@@ -56,14 +56,19 @@ TILES = {
         "avg_pool2d_backward s1": (4, 4),
         "adaptive_avg_pool2d_forward": (2, 1),
         "adaptive_avg_pool2d_backward equal": (16, 2),
+        # planes of one row, equal cells (avg_pool2d_backward): [64,256,4096] to 64 on the
+        # H200, wall: 1 x 4 201 us, 1 x 1 640, 1 x 8 547, 1 x 16 699, 1 x 32 (the 16 x 2
+        # tile as columns, as before) 1,189-1,239
+        "adaptive_avg_pool2d_backward equal row": (1, 4),
         # H200, [128,64,128,128] to 7x7, float32: (16, 1) 324.2 us, (16, 2) 245.4, (16, 4)
         # 233.8, (32, 2) 198.8, (64, 2) 172.9; bfloat16 (columns stored packed): (16, 1)
-        # 360.2, (16, 2) 322.2, (64, 4) 235.6. To 7 of [32,64,112,112] and [64,256,56,56]:
-        # (16, 1) 38.4 and 57.0, (16, 2) 40.5 and 58.0 (larger tiles not timed there)
+        # 360.2, (16, 2) 322.2, (64, 4) 235.6, (128, 4) 235.3. To 7 of [32,64,112,112] and
+        # [64,256,56,56]: (16, 1) 38.4-38.6 and 56.4-57.0, (16, 2) 40.2-40.5 and 57.4-58.0,
+        # (32, 2) 77.1 and 59.5, (64, 2) 95.5 and 70.9: larger tiles lose there
         "adaptive_avg_pool2d_backward": (16, 2),
-        # planes of one row (adaptive_avg_pool1d's backward), [64,256,4096] to 64, wall:
-        # 1 x 1 640 us, 1 x 4 201, 1 x 8 547, 1 x 16 699 (1 x 32, the tile's 16 x 2 as
-        # columns: 1,239)
+        # planes of one row (adaptive_avg_pool1d's backward), [64,256,4096] to 1000, wall:
+        # 1 x 1 897 us, 1 x 4 665-668, 1 x 8 675, 1 x 16 670, 1 x 32 (the 16 x 2 tile as
+        # columns) 1,290
         "adaptive_avg_pool2d_backward row": (1, 4),
         # rows of 4 channels of a pixel per work-item (channels-last); H200, to 7x7 of
         # [32,64,112,112]: 32.0 us with 8, 32.5 with 16 (one element each before: 110)
