@@ -260,7 +260,9 @@ def _plan_max_backward(
     shapes.expect_shape("indices", indices.shape, out_shape)
     p.index_bits = _given_index_bits(indices)
     _check_index_range(p.index_bits, h * w)
-    p.specialize("max_pool2d_backward", (h * w, win.oh * win.ow), win, planes=n * c, row=w)
+    # the per-plane kernel compares indices with the row starts a window reaches past H
+    reach = (h + (win.kh - 1) * win.dh) * w
+    p.specialize("max_pool2d_backward", (h * w, win.oh * win.ow, reach), win, planes=n * c, row=w)
     p.output("grad_x", x.shape, like=1)
     views = {"grad_out": 0, "indices": 2}
     if n * c and p.strided:

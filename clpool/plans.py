@@ -300,8 +300,8 @@ class Planner:
     def kernel(self, name: str, own: bool = False) -> cl.Kernel:
         """The built kernel `name` of this call's program variant (`own`: an instance of
         its own)."""
-        # Only the max and average sources hold tiled kernels: an adaptive program built
-        # with columns would be the same program built twice.
+        # Only the tiled families' sources hold kernels that take columns: another
+        # program built with columns would be the same program built twice.
         cols = self.cols if self.family in TILED_FAMILIES else 1
         options = (
             f"-DCLPOOL_DTYPE={dtype_bits(self.dtype)}",

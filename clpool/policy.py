@@ -62,9 +62,10 @@ TILES = {
         "adaptive_avg_pool2d_backward equal row": (1, 4),
         # H200, [128,64,128,128] to 7x7, float32: (16, 1) 324.2 us, (16, 2) 245.4, (16, 4)
         # 233.8, (32, 2) 198.8, (64, 2) 172.9; bfloat16 (columns stored packed): (16, 1)
-        # 360.2, (16, 2) 322.2, (64, 4) 235.6, (128, 4) 235.3. To 7 of [32,64,112,112] and
-        # [64,256,56,56]: (16, 1) 38.4-38.6 and 56.4-57.0, (16, 2) 40.2-40.5 and 57.4-58.0,
-        # (32, 2) 77.1 and 59.5, (64, 2) 95.5 and 70.9: larger tiles lose there
+        # 360.2, (16, 2) 322.2, (64, 4) 235.3-235.6 (tiles stop at 64 rows). To 7 of
+        # [32,64,112,112] and [64,256,56,56]: (16, 1) 38.4-38.6 and 56.4-57.0, (16, 2)
+        # 40.2-40.5 and 57.4-58.0, (32, 2) 77.1 and 59.5, (64, 2) 95.5 and 70.9: larger
+        # tiles lose there
         "adaptive_avg_pool2d_backward": (16, 2),
         # planes of one row (adaptive_avg_pool1d's backward), [64,256,4096] to 1000, wall:
         # 1 x 1 897 us, 1 x 4 665-668, 1 x 8 675, 1 x 16 670, 1 x 32 (the 16 x 2 tile as

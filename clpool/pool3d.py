@@ -49,10 +49,15 @@ def _split(shape: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
     return n, c, tuple(dhw)
 
 
-def _volumes(p: Planner, dhw: tuple[int, ...], out: tuple[int, ...]) -> None:
+def _volumes(
+    p: Planner, dhw: tuple[int, ...], out: tuple[int, ...], spans: tuple[int, ...] = ()
+) -> None:
     """64-bit offsets inside a volume where the input's or the output's has 2^31 elements
-    or more."""
-    if max(math.prod(dhw), math.prod(out)) >= 2**31:
+    or more, or where the row and depth starts a window's `spans` (along D, H, W) reach
+    past the input do (the per-volume max backward compares indices with them)."""
+    d, h, w = dhw
+    reach = ((d + spans[0] - 2) * h * w, (h + spans[1] - 1) * w) if spans else ()
+    if max(math.prod(dhw), math.prod(out), *reach) >= 2**31:
         p.options += ("-DCLPOOL_LARGE_PLANE",)
 
 
@@ -283,7 +288,7 @@ def _plan_max_backward(
     shapes.expect_shape("indices", indices.shape, out_shape)
     p.index_bits = _given_index_bits(indices)
     _check_index_range(p.index_bits, math.prod(dhw))
-    _volumes(p, dhw, win.out)
+    _volumes(p, dhw, win.out, tuple((k - 1) * d + 1 for k, d in zip(win.k, win.d, strict=True)))
     p.output("grad_x", x.shape)
     d, h, w = dhw
     volumes = None if p.strided else n * c

@@ -210,7 +210,8 @@ inline void add_max_grad16(__global elem_t *xp, __global const index_t *ip,
 {
     const pos16_t lanes = (pos16_t)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     index16_t at = vload16(0, ip + o);
-    pos16_t a = AS_POS16(at), ok = AS_POS16(at >= lo & at < hi) & (lanes >= skip);
+    /* lanes outside [lo, hi) check element 0, whose sums cannot overflow, and add nothing */
+    pos16_t ok = AS_POS16(at >= lo & at < hi) & (lanes >= skip), a = AS_POS16(at) & ok;
     pos16_t rest = a - span_row16(a, HW, z0, span_d) * HW;
     ok &= rest >= (pos_t)y0 * W & rest < (pos_t)(y0 + span_h) * W;
     pos16_t col = rest - span_row16(rest, W, y0, span_h) * W - x0 - lanes * sw;

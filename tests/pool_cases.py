@@ -174,11 +174,13 @@ def wrapped(idx: np.ndarray, size: tuple[int, ...], k, s, p, d, rng: np.random.G
     the row after its last (in one of its depths), the last of the depth before its first
     or the first of the depth after its last. A check of a flat offset that drops an axis
     takes them for the window's."""
-    size = (1,) * (3 - len(size)) + tuple(size)
-    k, s, p, d = ((1,) * (3 - len(size)) + _axes(v, len(size)) for v in (k, s, p, d))
+    pad, n = 3 - len(size), len(size)
+    size = (1,) * pad + tuple(size)
+    k, s, d = ((1,) * pad + _axes(v, n) for v in (k, s, d))
+    p = (0,) * pad + _axes(p, n)
     bad = idx.copy()
     for at in np.ndindex(*idx.shape):
-        out = (1,) * (5 - idx.ndim) + at
+        out = at[:2] + (0,) * pad + at[2:]  # (n, c, od, oh, ow)
         z0, y0 = (out[2 + a] * s[a] - p[a] for a in (0, 1))
         span_d, span_h = ((k[a] - 1) * d[a] + 1 for a in (0, 1))
         z = max(z0, 0)

@@ -508,10 +508,13 @@ def test_a_volume_of_2_31_elements_builds_with_64_bit_offsets():
     class Options:
         options: tuple[str, ...] = ()
 
-    small, large = Options(), Options()
-    pool3d._volumes(small, (1023, 1024, 2048), (1, 1, 1))  # 2^31 - 2^21 elements
+    small, large, reach = Options(), Options(), Options()
+    pool3d._volumes(small, (1023, 1024, 2048), (1, 1, 1), (1, 3, 3))  # 2^31 - 2^21 elements
     pool3d._volumes(large, (1, 1, 1), (1024, 1024, 2048))  # an output of 2^31
-    assert small.options == () and large.options == ("-DCLPOOL_LARGE_PLANE",)
+    # a last window's 3 depths reaching 2 past the volume: a depth start of 2^31 (max
+    # backward)
+    pool3d._volumes(reach, (1023, 1024, 2048), (1, 1, 1), (3, 1, 1))
+    assert small.options == () and large.options == reach.options == ("-DCLPOOL_LARGE_PLANE",)
 
 
 BAD = [
