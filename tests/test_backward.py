@@ -500,10 +500,12 @@ def test_gpu_adaptive_backward_gives_pytorchs_bits(device, rows, cols):
 
 
 # Rows of 16 windows or more, which the CPU's max backward checks 16 at a time: (shape,
-# kernel_size, stride, padding, dilation, ceil_mode); 37, 20, 25, 17 and 16 windows a row.
+# kernel_size, stride, padding, dilation, ceil_mode); 37, 20, 25, 17, 16 and 40 windows a
+# row; the last spans 13 rows (more than plane.h counts: it divides).
 WIDE_ROWS = [((2, 3, 5, 37), 3, 1, 1, 1, False), ((1, 2, 6, 40), 2, 2, 0, 1, False),
              ((1, 2, 7, 50), 3, 2, 1, 2, True), ((1, 1, 4, 17), (2, 3), 1, 1, 1, False),
-             ((1, 2, 3, 16), 3, 1, 1, 1, False)]  # fmt: skip
+             ((1, 2, 3, 16), 3, 1, 1, 1, False),
+             ((1, 2, 12, 40), (5, 3), 1, (2, 1), (3, 1), False)]  # fmt: skip
 
 
 @pytest.mark.parametrize("index", [np.int64, np.int32])
