@@ -30,7 +30,18 @@ from .shapes import MAX_TILE
 # kernel without one lays its rows out as columns there).
 TILES = {
     "GPU": {
-        "max_pool2d_forward": (2, 2),
+        # with indices stored in pairs, H200: k3 s2 of [32,64,112,112] (2, 4) 62.6 us,
+        # (1, 4) 66.4, (4, 2) 68.2, (2, 2) 69.1, (4, 4) 71.3; of [128,64,128,128] (2, 4)
+        # 256.5, (4, 4) 267.3, (4, 2) 275.5, (1, 4) 280.3, (2, 2) 289.8 (bfloat16: (1, 4)
+        # 159.6, (2, 4) 178.8, (4, 4) 190.8, (2, 2) 308.0); k2 s2 of [64,256,56,56]:
+        # (2, 2) 100.7, (1, 4) 109.6, (4, 2) 112.3, (2, 4) 120.1; k3 s1 of
+        # [128,64,128,128]: (2, 4) 562.8, (4, 4) 594.2, (1, 4) 625.9, (2, 2) 844.7
+        "max_pool2d_forward": (2, 4),
+        "max_pool2d_forward tiling": (2, 2),
+        "max_pool2d_forward s1": (2, 4),
+        "max_pool2d_forward bfloat16": (1, 4),
+        # planes of one row: 4 columns, as values only (max_pool2d_values row)
+        "max_pool2d_forward row": (1, 4),
         # k3 s2 of [32,64,112,112] on the H200: 62.0 us with (2, 2), 52.3 with (2, 4);
         # k2 s2 of [64,256,56,56]: 84.4 with (2, 2), 91.0 with (2, 4)
         "max_pool2d_values": (2, 4),

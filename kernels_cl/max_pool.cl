@@ -98,8 +98,7 @@ __kernel void max_pool2d_forward(__global const elem_t *restrict x,
         NAN_BACK(best[r], best_i[r])
         STORE_COLS(out, o, best[r], min(CLPOOL_COLS, OW - ow0))
 #ifndef CLPOOL_NO_INDICES
-        for (int c = 0; c < CLPOOL_COLS && ow0 + c < OW; ++c)
-            indices[o + c] = (index_t)best_i[r][c];
+        STORE_INDEX_COLS(indices, o, best_i[r], min(CLPOOL_COLS, OW - ow0))
 #endif
     }
 }

@@ -208,9 +208,10 @@ def test_gpu_choices_match_reference(monkeypatch, launched):
 
 @pytest.mark.parametrize("rows, cols", [(1, 4), (2, 2), (3, 1)])
 def test_vector_row_loads_match_reference(monkeypatch, build_options, rows, cols):
-    """The GPU forward that loads tile rows as vload4 chunks (-DCLPOOL_VEC4): every
-    padding modulo 4, strides 1 to 4, dilation, ceil mode and -inf, NaN and ties, on rows
-    of 8 to 20 columns."""
+    """The GPU forward that loads tile rows as vload4 chunks (-DCLPOOL_VEC4) and stores
+    indices in pairs (-DCLPOOL_INDEX_PAIRS, int64 and int32): every padding modulo 4,
+    strides 1 to 4, dilation, ceil mode and -inf, NaN and ties, on rows of 8 to 20
+    columns."""
     monkeypatch.setenv("CLPOOL_ROWS", str(rows))
     monkeypatch.setenv("CLPOOL_COLS", str(cols))
     policy.set_policy(replace(policy.from_env(), gpu=True))
@@ -225,6 +226,8 @@ def test_vector_row_loads_match_reference(monkeypatch, build_options, rows, cols
             want, want_i = _ref_max(x, *args)
             out, idx = clpool.max_pool2d_with_indices(x, *args)
             assert same_bits(out, want) and same_bits(idx, want_i), (w, args)
+            idx32 = clpool.max_pool2d_with_indices(x, *args, index_dtype="int32")[1]
+            assert idx32.dtype == np.int32 and np.array_equal(idx32, want_i), (w, args)
             assert same_bits(clpool.max_pool2d(x, *args), want), (w, args)
             if d == 1:
                 for include_pad in (True, False):
@@ -232,6 +235,7 @@ def test_vector_row_loads_match_reference(monkeypatch, build_options, rows, cols
                     assert_close(clpool.avg_pool2d(x, *a), ref.avg_pool2d(x, *a), 1e-5, (w, a))
             vec4 += cols * s % 4 == 0
     assert vec4 and any("-DCLPOOL_VEC4" in opts for opts in build_options)
+    assert (cols % 2 == 0) == any("-DCLPOOL_INDEX_PAIRS" in opts for opts in build_options)
 
 
 def test_max_matches_torch():
