@@ -210,7 +210,9 @@ def _plan_backward(
             p.step_by_plane("max_pool2d_backward", (w, h, n * c), **ops._max_sizes(cells, h, w))
         p.arrays = [_fold(a) for a in p.arrays]
         return p.plan("grad_out", None, "indices")
-    p.specialize("adaptive_max_pool_backward", _extents((d, h, w), (od, oh, ow)), planes=n * c)
+    p.specialize(
+        "adaptive_max_pool_backward", _extents((d, h, w), (od, oh, ow)), planes=n * c, row=w
+    )
     p.cell_bounds(d, h, w, od, oh, ow)
     sizes: Scalars = dict(D=d, H=h, W=w, OD=od, OH=oh, OW=ow)
     # A CPU's plane per work-item, where cells do not outnumber the input's elements:
@@ -219,7 +221,7 @@ def _plan_backward(
     if n * c and p.by_plane and od * oh * ow <= d * h * w:
         p.step("adaptive_max_pool_backward_plane", (n * c,), local=(1,), **sizes)
     elif n * c:
-        _step(p, "adaptive_max_pool_backward", w, h, d, n * c, **sizes)
+        _step(p, "adaptive_max_pool_backward", -(-w // p.cols), h, d, n * c, **sizes)
     p.arrays = [_fold(a) for a in p.arrays]
     return p.plan("grad_out", None, "indices")
 

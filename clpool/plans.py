@@ -37,8 +37,8 @@ def dtype_bits(dtype: np.dtype) -> int | None:
 # The windowed kernels, whose work-items take columns as well as rows (2-D, then 3-D).
 TILED = {"max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward", "avg_pool2d_backward"}
 TILED |= {"max_pool3d_forward", "max_pool3d_backward", "avg_pool3d_forward", "avg_pool3d_backward"}
-TILED |= {"adaptive_avg_pool2d_backward"}
-TILED_FAMILIES = ("max", "avg", "pool3d", "adaptive")  # the SOURCES that hold them
+TILED |= {"adaptive_avg_pool2d_backward", "adaptive_max_pool_backward"}
+TILED_FAMILIES = ("max", "avg", "pool3d", "adaptive", "adaptive_max")  # the SOURCES holding them
 # Work-items along a row of a work-group: 64 keeps a row's loads in one or two cache lines
 # of a GPU and leaves room for rows of the tile.
 ROW_GROUP = 64

@@ -99,8 +99,12 @@ TILES = {
         "avg_pool3d_backward": (4, 2),
         # Forward unmeasured on the H200 yet: two rows share a work-item's column bounds.
         "adaptive_max_pool_forward": (2, 1),
-        # H200, [128,64,128,128] to 7x7: 2 rows 1,009 us, 16 rows 486 us
-        "adaptive_max_pool_backward": (16, 1),
+        # H200, [128,64,128,128] to 7x7, float32 / bfloat16: (16, 4) 211.3 / 253.9 us,
+        # (32, 4) 205.1 / 248.9, (8, 4) 233.4 / 273.7, (16, 2) 361.2 / 398.4, (32, 2)
+        # 347.5 / 383.8, (16, 1) 479.1 / 525.6 (one column, as before), (8, 8) 967.0 /
+        # 285.7; [32,64,100,100] to 7x7: (16, 4) 48.8, (32, 4) 48.7, (16, 1) 102.3
+        "adaptive_max_pool_backward": (16, 4),
+        "adaptive_max_pool_backward row": (1, 4),
         # rows of owners per work-item: H200, [32,64,56,56] to 112x112, a work-item per
         # column of owners: 1 row 64.7 us, 2 rows 67.8, 4 rows 70.7, 8 rows 79.3 (a
         # work-item per output column, as before: 4 rows 71.2)

@@ -81,37 +81,54 @@ __kernel void adaptive_max_pool_forward(__global const elem_t *restrict x,
 
 /* grad_x[i] = the sum, in ascending output order, of grad_out over the cells that contain
  * input element i and whose index names it (PyTorch's CPU loop adds them in that order);
- * an index outside its cell is ignored. Work-item (iw, (id, tile of ih), plane). Every
- * cell's grad_out is loaded and a mismatch adds 0 (g never is -0), so that the loads of a
- * row issue together rather than each after its index. */
+ * an index outside its cell is ignored. Work-item (tile of CLPOOL_COLS columns, (id, tile
+ * of ih), plane): each cell reaching a row of its columns is loaded once for all of them,
+ * and the row's columns are stored at once (bfloat16: packed, with CLPOOL_PACK). Every
+ * such cell is loaded and a mismatch adds 0 (g never is -0), so that the loads of a row
+ * issue together rather than each after its index. */
 __kernel void adaptive_max_pool_backward(__global const elem_t *restrict grad_out,
                                          __global const index_t *restrict indices,
                                          __global elem_t *restrict grad_x,
                                          ADAPTIVE_MAX_SIZES)
 {
-    int iw = get_global_id(0);
-    SLICE_TILE(id, ih0, ih1, iw, W, D, H);
+    int iw0 = get_global_id(0) * CLPOOL_COLS;
+    SLICE_TILE(id, ih0, ih1, iw0, W, D, H);
     long plane = get_global_id(2);
     long cells = (long)OD * OH * OW;
     __global const elem_t *gp = grad_out + plane * cells;
     __global const index_t *ip = indices + plane * cells;
     __global elem_t *xp = grad_x + plane * D * H * W;
-    int od0 = cell_start(id, OD, D), od1 = cell_end(id, OD, D);
-    int ow0 = cell_start(iw, OW, W), ow1 = cell_end(iw, OW, W), oh0, oh1;
+    int od0 = cell_start(id, OD, D), od1 = cell_end(id, OD, D), oh0, oh1;
+    /* the cells of column iw0 + c are [first[c], last[c]); of the tile, [ow0, ow1) */
+    int first[CLPOOL_COLS], last[CLPOOL_COLS], n = min(CLPOOL_COLS, W - iw0);
+    UNROLL for (int c = 0; c < CLPOOL_COLS; ++c) {
+        int iw = min(iw0 + c, W - 1);
+        first[c] = cell_start(iw, OW, W);
+        last[c] = cell_end(iw, OW, W);
+    }
+    int ow0 = first[0], ow1 = last[n - 1];
     for (int ih = ih0, next = -1; ih < ih1; ++ih) {
         if (ih >= next)
             next = cells_at(ih, H, OH, &oh0, &oh1);
-        pos_t at = ((pos_t)id * H + ih) * W + iw;
-        acc_t g = 0;
+        pos_t at = ((pos_t)id * H + ih) * W + iw0;
+        acc_t g[CLPOOL_COLS];
+        UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
+            g[c] = 0;
         for (int od = od0; od < od1; ++od)
             for (int oh = oh0; oh < oh1; ++oh) {
                 pos_t row = ((pos_t)od * OH + oh) * OW;
                 for (int ow = ow0; ow < ow1; ++ow) {
                     acc_t v = LOAD(gp, row + ow);
-                    g += (long)ip[row + ow] == (long)at ? v : (acc_t)0;
+                    /* the column the index names, c, where it names one of this row's
+                     * (unsigned: any index, no overflow) */
+                    uindex_t named = (uindex_t)ip[row + ow] - (uindex_t)at;
+                    UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
+                        g[c] += named == (uindex_t)c && first[c] <= ow && ow < last[c]
+                                    ? v
+                                    : (acc_t)0;
                 }
             }
-        STORE(xp, at, g);
+        STORE_COLS(xp, at, g, n);
     }
 }
 

@@ -356,20 +356,20 @@ def test_torch_gradcheck_float64(device, rank):
     assert torch.autograd.gradcheck(lambda t: fn(t, size), (x.requires_grad_(),))
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 8, 16])
-def test_gpu_geometry_gives_atens_results(device, launched, rows):
-    """The kernels as a GPU runs them: tiles of `rows` rows (a last one cut short, cells
-    changing within one, down- and upsampling),
+@pytest.mark.parametrize("rows, cols", [(1, 1), (2, 4), (3, 2), (8, 3), (16, 2)])
+def test_gpu_geometry_gives_atens_results(device, launched, rows, cols):
+    """The kernels as a GPU runs them: tiles of `rows` rows and `cols` columns (a last one
+    cut short, cells changing within one, down- and upsampling),
     work-groups spanning several planes (an even number of them, as for a 1x1 output) or
     one (an odd number), and equal cells of a plane as max_pool2d's kernels (square cells
     of 2 and 4 built as constants): bit for bit ATen's forward and backward."""
-    rng = np.random.default_rng(90 + rows)
+    rng = np.random.default_rng(90 + rows + cols)
     cases = [(2, (4, 6, 5), 1), (2, (3, 7, 9), (4, 3)), (3, (8, 3, 5, 7), (2, 5, 3)),
              (1, (5, 11), 4), (2, (2, 3, 14, 14), 7), (2, (3, 16, 16), 4), (2, (2, 8, 12), (4, 3)),
              (1, (2, 3, 12), 3), (3, (2, 1, 6, 4), (1, 3, 2)), (2, (2, 3, 40, 9), (7, 3)),
              (2, (1, 2, 5, 6), (9, 13)), (3, (1, 2, 19, 4, 3), (5, 19, 2))]  # fmt: skip
     cases += [(2, shape, size) for shape, size in _cases(90 + rows, 6, 2)]
-    with policy.use(gpu=True, rows=rows):
+    with policy.use(gpu=True, rows=rows, cols=cols):
         for rank, shape, size in cases:
             x = data(rng, shape, special=True)
             want, want_i = TORCH[rank](torch.from_numpy(x), size, return_indices=True)
@@ -385,6 +385,11 @@ def test_gpu_geometry_gives_atens_results(device, launched, rows):
         below = (np.arange(16).reshape(1, 1, 4, 4) + 8).astype(np.int64)
         x, g = np.zeros((1, 1, 5, 4), np.float32), np.ones((1, 1, 4, 4), np.float32)
         assert same_bits(clpool.adaptive_max_pool2d_backward(g, x, below), x)
+        # columns of cells [0, 3) and [2, 5), each index naming the column next to its
+        # cell, in the same tile of columns: nothing is added
+        beside = np.array([[[[3, 1]]]], np.int64)
+        x, g = np.zeros((1, 1, 2, 5), np.float32), np.ones((1, 1, 1, 2), np.float32)
+        assert same_bits(clpool.adaptive_max_pool2d_backward(g, x, beside), x)
     names = {name for name, _ in launched}
     assert {"adaptive_max_pool_forward", "adaptive_max_pool_backward", "max_pool2d_forward",
             "max_pool2d_backward"} <= names  # fmt: skip

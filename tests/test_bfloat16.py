@@ -667,16 +667,19 @@ ADAPTIVE_MAX_CASES = [  # rank, shape, output_size: down- and upsampling, overla
 ]
 
 
-@pytest.mark.parametrize("per_plane", [False, True])
-def test_adaptive_max_pool_is_bit_exact_and_backward(per_plane):
+@pytest.mark.parametrize(
+    "planned", [{"per_plane": False}, {"per_plane": True}, {"gpu": True, "rows": 3, "cols": 4}]
+)
+def test_adaptive_max_pool_is_bit_exact_and_backward(planned, build_options):
     """Values and indices bit for bit; the backward rounded once, also where the CPU's
-    plane per work-item kernel would be chosen for float32 (it adds in memory)."""
+    plane per work-item kernel would be chosen for float32 (it adds in memory), and with a
+    GPU's tiles of columns, stored packed where they divide the row."""
     rng = np.random.default_rng(23)
     for rank, shape, size in ADAPTIVE_MAX_CASES:
         context = (rank, shape, size)
         forward = getattr(clpool, f"adaptive_max_pool{rank}d")
         x = data(rng, shape, special=True)
-        with policy.use(per_plane=per_plane):
+        with policy.use(**planned):
             out, idx = forward(x, size, True)
             g = data(rng, out.shape)
             got = getattr(clpool, f"adaptive_max_pool{rank}d_backward")(g, x, idx)
@@ -692,6 +695,8 @@ def test_adaptive_max_pool_is_bit_exact_and_backward(per_plane):
         assert_rounded_once(got, exact, context, allowed=0)
         want.backward(tensor(g))
         _within_torchs_own_error(got, t.grad, exact, context)
+    packed = any("-DCLPOOL_PACK=4" in " ".join(o) for o in build_options)
+    assert packed == ("gpu" in planned)
 
 
 @pytest.mark.parametrize("per_plane", [False, True])
