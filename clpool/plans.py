@@ -245,9 +245,9 @@ class Planner:
         (a backward tile's window walk folds only then), and a forward kernel passes its
         input `width`: a small window whose tiles start at multiples of four columns of a
         row of a multiple of four then loads rows as vectors (bfloat16: of eight where
-        they start at multiples of eight). A bfloat16 tiled kernel on a GPU passes the
-        length of the rows it stores, `row`: it stores 2 or 4 columns at once where they
-        divide the row and the tile's columns. An average op's one `divisor` for every
+        they start at multiples of eight). A bfloat16 or float32 tiled kernel on a GPU
+        passes the length of the rows it stores, `row`: it stores 2 or 4 columns at once
+        where they divide the row and the tile's columns. An average op's one `divisor` for every
         window (shapes.avg_divisor; 0: none) is a constant with the window's sizes."""
         device, pol = self.rt.device, self.policy
         self.by_plane = planes is not None and pol.by_plane(
@@ -286,7 +286,8 @@ class Planner:
                 options += ["-DCLPOOL_UNROLL", f"-DCLPOOL_PH={win.ph}", f"-DCLPOOL_PW={win.pw}"]
                 if width is not None:
                     options += row_vectors(width, self.cols * win.sw, bf16)
-        if bf16 and self.gpu and row is not None and self.family in TILED_FAMILIES:
+        packs = bf16 or self.dtype == np.float32
+        if packs and self.gpu and row is not None and self.family in TILED_FAMILIES:
             pack = next((n for n in (4, 2) if self.cols % n == 0 and row % n == 0), None)
             options += [f"-DCLPOOL_PACK={pack}"] if pack else []
         self.options = tuple(options)

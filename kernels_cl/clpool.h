@@ -18,7 +18,7 @@
  *   -DCLPOOL_VEC4             forward rows as vload4 chunks (below; needs the padding as
  *                             constants: the 3-D forwards take it from -DCLPOOL_3D_PW..)
  *   -DCLPOOL_VEC8             bfloat16: those chunks 8 elements long (below)
- *   -DCLPOOL_PACK=2|4         bfloat16: tile rows stored 2 or 4 at a time (STORE_COLS)
+ *   -DCLPOOL_PACK=2|4         bfloat16, float32: tile rows stored 2 or 4 at a time (STORE_COLS)
  *   -DCLPOOL_INDEX_PAIRS      a tile row's indices stored 2 at a time (STORE_INDEX_COLS)
  *   -DCLPOOL_NO_INDICES       max_pool2d: values only (max_pool.cl)
  *   -DCLPOOL_NAN_APART        max_pool2d's values on a GPU, planes of one row (max_pool.cl)
@@ -277,10 +277,10 @@ inline int tile_start(uint dim, int per_item, int size)
 #endif
 
 /* p[i .. i + n - 1] = v[0 .. n - 1] (n <= CLPOOL_COLS): a tile row's stores. With
- * -DCLPOOL_PACK=2|4 (bfloat16, on a GPU; the host's choice where i and n are always
- * multiples of it, and it divides CLPOOL_COLS) every 2 or 4 as one 32- or 64-bit store:
- * 16-bit stores made the bfloat16 backward ops slower than float32's on the H200
- * (BENCHMARKS.md). */
+ * -DCLPOOL_PACK=2|4 (bfloat16 and float32, on a GPU; the host's choice where i and n are
+ * always multiples of it, and it divides CLPOOL_COLS) every 2 or 4 as one store of 32 to
+ * 128 bits: 16-bit stores made the bfloat16 backward ops slower than float32's on the H200,
+ * and float32's took 4-10% longer one by one (BENCHMARKS.md). */
 #if CLPOOL_DTYPE == 17 && defined(CLPOOL_PACK)
 #define BF16_PAIR(v, c) ((uint)bf16_round(v[c]) | (uint)bf16_round(v[(c) + 1]) << 16)
 #if CLPOOL_PACK == 4
@@ -289,6 +289,15 @@ inline int tile_start(uint dim, int per_item, int size)
 #else
 #define STORE_PACK(p, i, v, c) (*(__global uint *)((p) + (i)) = BF16_PAIR(v, c))
 #endif
+#elif CLPOOL_DTYPE == 32 && defined(CLPOOL_PACK)
+#if CLPOOL_PACK == 4
+#define STORE_PACK(p, i, v, c) \
+    (*(__global float4 *)((p) + (i)) = (float4)(v[c], v[(c) + 1], v[(c) + 2], v[(c) + 3]))
+#else
+#define STORE_PACK(p, i, v, c) (*(__global float2 *)((p) + (i)) = (float2)(v[c], v[(c) + 1]))
+#endif
+#endif
+#ifdef STORE_PACK
 #define STORE_COLS(p, i, v, n)                                                        \
     UNROLL for (int c_ = 0; c_ < CLPOOL_COLS; c_ += CLPOOL_PACK)                      \
         if (c_ < (n))                                                                 \

@@ -209,7 +209,8 @@ def test_gpu_choices_match_reference(monkeypatch, launched):
 @pytest.mark.parametrize("rows, cols", [(1, 4), (2, 2), (3, 1)])
 def test_vector_row_loads_match_reference(monkeypatch, build_options, rows, cols):
     """The GPU forward that loads tile rows as vload4 chunks (-DCLPOOL_VEC4) and stores
-    indices in pairs (-DCLPOOL_INDEX_PAIRS, int64 and int32): every padding modulo 4,
+    values 2 or 4 at a time (-DCLPOOL_PACK) and indices in pairs (-DCLPOOL_INDEX_PAIRS,
+    int64 and int32) where they divide the row, one by one elsewhere: every padding modulo 4,
     strides 1 to 4, dilation, ceil mode and -inf, NaN and ties, on rows of 8 to 20
     columns."""
     monkeypatch.setenv("CLPOOL_ROWS", str(rows))
@@ -235,7 +236,8 @@ def test_vector_row_loads_match_reference(monkeypatch, build_options, rows, cols
                     assert_close(clpool.avg_pool2d(x, *a), ref.avg_pool2d(x, *a), 1e-5, (w, a))
             vec4 += cols * s % 4 == 0
     assert vec4 and any("-DCLPOOL_VEC4" in opts for opts in build_options)
-    assert (cols % 2 == 0) == any("-DCLPOOL_INDEX_PAIRS" in opts for opts in build_options)
+    for option in ("-DCLPOOL_INDEX_PAIRS", f"-DCLPOOL_PACK={cols}"):
+        assert (cols % 2 == 0) == any(option in opts for opts in build_options), option
 
 
 def test_max_matches_torch():
