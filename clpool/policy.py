@@ -208,15 +208,16 @@ class Policy:
         tiling: bool = False,
         row: bool = False,
     ) -> tuple[int, int]:
-        """(rows, columns) each work-item of `kernel` handles (`stride1`: its window's
-        stride is 1; `bfloat16`: its dtype is; `tiling`: its windows tile the plane, the
-        stride being the window; `row`: its planes are one row; each where a tile is tuned
-        for that, in that order)."""
+        """(rows, columns) each work-item of `kernel` handles (`row`: its planes are one
+        row; `stride1`: its window's stride is 1; `bfloat16`: its dtype is; `tiling`: its
+        windows tile the plane, the stride being the window; each where a tile is tuned
+        for that, in that order: a 2-D tile on a row of its own would run as rows x
+        columns of one row)."""
         table = self.tiles["GPU" if self.on_gpu(device) else "CPU"]
-        names = [f"{kernel} s1"] if stride1 else []
+        names = [f"{kernel} row"] if row else []
+        names += [f"{kernel} s1"] if stride1 else []
         names += [f"{kernel} bfloat16"] if bfloat16 else []
         names += [f"{kernel} tiling"] if tiling else []
-        names += [f"{kernel} row"] if row else []
         tuned = next((table[name] for name in names if name in table), None)
         rows, cols = tuned or table.get(kernel, (1, 1))
         # at most shapes.MAX_TILE: the window checks keep positions in 32 bits for it

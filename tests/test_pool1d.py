@@ -85,6 +85,19 @@ def test_a_gpu_tile_of_one_row_takes_its_rows_as_columns(device, build_options):
     )
 
 
+def test_a_tile_for_one_row_comes_before_the_2d_tiles(device):
+    """A 1-D op's planes take the table's tile for one row, whatever the 2-D tiles for its
+    stride or dtype (bfloat16's 4 x 4 as one row would be 1 x 16)."""
+    table = policy.current().tiles["GPU"]
+    with policy.use(gpu=True):
+        pol = policy.current()
+        for kernel in ("max_pool2d_values", "adaptive_avg_pool2d_backward equal"):
+            want = table[f"{kernel} row"]
+            assert pol.tile(device, kernel, stride1=True, bfloat16=True, row=True) == want
+            assert pol.tile(device, kernel, bfloat16=True, tiling=True, row=True) == want
+            assert pol.tile(device, kernel, bfloat16=True) == table[f"{kernel} bfloat16"]
+
+
 def test_a_strided_1d_input_builds_its_strided_kernel_without_nan_apart(device, build_options):
     """-DCLPOOL_NAN_APART is the GPU tile's option: a strided input runs the _strided
     kernel, which does not read it, so its program is built without it (no second variant
