@@ -38,7 +38,8 @@ def dtype_bits(dtype: np.dtype) -> int | None:
 TILED = {"max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward", "avg_pool2d_backward"}
 TILED |= {"max_pool3d_forward", "max_pool3d_backward", "avg_pool3d_forward", "avg_pool3d_backward"}
 TILED |= {"adaptive_avg_pool2d_backward", "adaptive_max_pool_backward"}
-TILED_FAMILIES = ("max", "avg", "pool3d", "adaptive", "adaptive_max")  # the SOURCES holding them
+# the SOURCES that hold them
+TILED_FAMILIES = ("max", "avg", "pool3d", "adaptive", "adaptive_max")
 # Work-items along a row of a work-group: 64 keeps a row's loads in one or two cache lines
 # of a GPU and leaves room for rows of the tile.
 ROW_GROUP = 64
@@ -247,8 +248,9 @@ class Planner:
         row of a multiple of four then loads rows as vectors (bfloat16: of eight where
         they start at multiples of eight). A bfloat16 or float32 tiled kernel on a GPU
         passes the length of the rows it stores, `row`: it stores 2 or 4 columns at once
-        where they divide the row and the tile's columns. An average op's one `divisor` for every
-        window (shapes.avg_divisor; 0: none) is a constant with the window's sizes."""
+        where they divide the row and the tile's columns. An average op's one `divisor`
+        for every window (shapes.avg_divisor; 0: none) is a constant with the window's
+        sizes."""
         device, pol = self.rt.device, self.policy
         self.by_plane = planes is not None and pol.by_plane(
             device, self.dtype, planes, "backward" in tuned_as
