@@ -157,8 +157,9 @@ def _plan_max_forward(
     if with_indices:
         p.output("indices", out_shape, np.dtype(f"int{p.index_bits}"), like=0)
         # a GPU tile stores its rows' indices in pairs where every row starts at an even
-        # output (max_pool.cl; the other kernels do not read the option)
-        pairs = p.gpu and p.cols % 2 == 0 and win.ow % 2 == 0
+        # output (max_pool.cl; the _strided kernel does not read the option, so a strided
+        # input is built without it)
+        pairs = p.gpu and not p.strided and p.cols % 2 == 0 and win.ow % 2 == 0
         p.options += ("-DCLPOOL_INDEX_PAIRS",) if pairs else ()
     else:
         p.options += ("-DCLPOOL_NO_INDICES",)

@@ -288,8 +288,9 @@ class Planner:
                 options += ["-DCLPOOL_UNROLL", f"-DCLPOOL_PH={win.ph}", f"-DCLPOOL_PW={win.pw}"]
                 if width is not None:
                     options += row_vectors(width, self.cols * win.sw, bf16)
-        packs = bf16 or self.dtype == np.float32
-        if packs and self.gpu and row is not None and self.family in TILED_FAMILIES:
+        # (not for a strided input: its _strided kernels store through their own strides)
+        packs = (bf16 or self.dtype == np.float32) and self.gpu and not self.strided
+        if packs and row is not None and self.family in TILED_FAMILIES:
             pack = next((n for n in (4, 2) if self.cols % n == 0 and row % n == 0), None)
             options += [f"-DCLPOOL_PACK={pack}"] if pack else []
         self.options = tuple(options)
