@@ -99,14 +99,9 @@ __kernel void adaptive_max_pool_backward(__global const elem_t *restrict grad_ou
     __global const index_t *ip = indices + plane * cells;
     __global elem_t *xp = grad_x + plane * D * H * W;
     int od0 = cell_start(id, OD, D), od1 = cell_end(id, OD, D), oh0, oh1;
-    /* the cells of column iw0 + c are [first[c], last[c]); of the tile, [ow0, ow1) (the
-     * columns past W take column W - 1's) */
+    /* the cells of column iw0 + c are [first[c], last[c]); of the tile, [ow0, ow1) */
     int first[CLPOOL_COLS], last[CLPOOL_COLS], n = min(CLPOOL_COLS, W - iw0);
-    UNROLL for (int c = 0; c < CLPOOL_COLS; ++c) {
-        int iw = min(iw0 + c, W - 1);
-        first[c] = cell_start(iw, OW, W);
-        last[c] = cell_end(iw, OW, W);
-    }
+    tile_cells(first, last, iw0, W, OW);
     int ow0 = first[0], ow1 = last[CLPOOL_COLS - 1];
     for (int ih = ih0, next = -1; ih < ih1; ++ih) {
         if (ih >= next)

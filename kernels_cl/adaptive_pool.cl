@@ -186,11 +186,7 @@ __kernel void adaptive_avg_pool2d_backward(__global const elem_t *restrict grad_
     __global const elem_t *gp = grad_out + plane * OH * OW;
     int first[CLPOOL_COLS], last[CLPOOL_COLS], oh0, oh1, next = -1;
     acc_t g[CLPOOL_COLS];
-    for (int c = 0; c < CLPOOL_COLS; ++c) {
-        int iw = min(iw0 + c, W - 1);
-        first[c] = cell_start(iw, OW, W);
-        last[c] = cell_end(iw, OW, W);
-    }
+    tile_cells(first, last, iw0, W, OW);
 #define GRAD(oh, ow) LOAD(gp, (pos_t)(oh) * OW + (ow))
     FOR_EACH_ROW(ih, H) {
         if (ih >= next) {

@@ -754,3 +754,14 @@ inline int cells_at(int i, int size, int n, int *o0, int *o1)
     int leave = cell_end(*o0, size, n);
     return *o1 < n ? min(leave, cell_start(*o1, size, n)) : leave;
 }
+
+/* The cells [first[c], last[c]) of n over an axis of `size` that contain element i0 + c
+ * of a tile of CLPOOL_COLS (those past the axis take its last element's). */
+inline void tile_cells(int *first, int *last, int i0, int size, int n)
+{
+    for (int c = 0; c < CLPOOL_COLS; ++c) {
+        int i = min(i0 + c, size - 1);
+        first[c] = cell_start(i, n, size);
+        last[c] = cell_end(i, n, size);
+    }
+}

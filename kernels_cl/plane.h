@@ -156,9 +156,10 @@ inline void avg_window16(__global const elem_t *xp, __global elem_t *out, long o
 
 /* floor(a / n) for a in [s * n, (s + span) * n), a >= 0: s plus the multiples of n from
  * (s + 1) * n on that a reaches, without a division where the span is short. With the
- * 16-lane checks below, on this project's Intel CPU under Debian's PoCL, kernel time: max_pool3d_with_indices_backward k3 s2 p1 of
- * [2,64,16,56,56] 1.82 -> 1.21 ms, max_pool2d_with_indices_backward k3 s1 p1 of
- * [32,64,128,128] 57.0 -> 33.2 ms, k3 s2 p1 of [8,64,112,112] 1.49 -> 1.24 ms. */
+ * 16-lane checks below, on this project's Intel CPU under Debian's PoCL, kernel time:
+ * max_pool3d_with_indices_backward k3 s2 p1 of [2,64,16,56,56] 1.82 -> 1.21 ms,
+ * max_pool2d_with_indices_backward k3 s1 p1 of [32,64,128,128] 57.0 -> 33.2 ms, k3 s2 p1
+ * of [8,64,112,112] 1.49 -> 1.24 ms. */
 #define SPAN_ROWS_COUNTED 8 /* longer spans divide: their counts would take as long */
 inline pos_t span_row(pos_t a, pos_t n, int s, int span)
 {
