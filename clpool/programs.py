@@ -48,6 +48,14 @@ def include_options() -> tuple[str, ...]:
     return ("-I", f'"{folder}"' if " " in folder else folder)
 
 
+def exact_division(device: cl.Device) -> tuple[str, ...]:
+    """The option that makes float32 division and sqrt round correctly, where `device`
+    offers it: OpenCL allows them 2.5 ulp otherwise, and NVIDIA's H200 then missed
+    PyTorch CPU's average gradients by an ulp (BENCHMARKS.md)."""
+    exact = cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
+    return ("-cl-fp32-correctly-rounded-divide-sqrt",) if device.single_fp_config & exact else ()
+
+
 class Program(Mapping[str, cl.Kernel]):
     """A built program: its kernels by name, each made when first asked for. (Making all
     of them at once with clCreateKernelsInProgram costs PoCL 1.45 MiB per context that
@@ -182,7 +190,8 @@ def _build(context: cl.Context, name: str, text: str, options: tuple[str, ...]) 
     try:
         capture = quiet and PARENT_READS_STDERR not in os.environ
         with _captured_stderr(captured) if capture else nullcontext():
-            program = _compile(context, text, [*options, *include_options()])
+            flags = [*options, *include_options(), *exact_division(context.devices[0])]
+            program = _compile(context, text, flags)
     except cl.Error as e:
         # PyOpenCL puts the build log of every device into the message.
         raise Problem(

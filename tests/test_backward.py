@@ -21,7 +21,7 @@ from pool_cases import (
 )
 
 import clpool
-from clpool import policy
+from clpool import policy, programs
 from clpool import reference as ref
 from clpool.shapes import stored_channels_last
 
@@ -439,8 +439,8 @@ def test_gpu_tiles_of_the_avg_backward_give_pytorchs_bits(device, build_options,
     """A GPU's avg backward tile, its coverage folded at build time where the tile is a
     multiple of the stride (window sizes and padding as constants, each axis its own):
     each window's share added in output order, PyTorch CPU's bits (and the per-plane
-    kernel's), at the plane's edges too; on a GPU, whose division need not round
-    correctly (OpenCL allows 2.5 ulp), within 1e-6."""
+    kernel's), at the plane's edges too; on a device whose division need not round
+    correctly (OpenCL allows 2.5 ulp unless the device offers exact division), within 1e-6."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(3300)
     x = data(rng, (2, 3, 13, 11))
@@ -457,7 +457,7 @@ def test_gpu_tiles_of_the_avg_backward_give_pytorchs_bits(device, build_options,
             got = clpool.avg_pool2d_backward(g, x, *args)
         with policy.use(per_plane=True):
             plane = clpool.avg_pool2d_backward(g, x, *args)
-        if device.type & cl.device_type.GPU:  # its division need not round correctly
+        if not programs.exact_division(device):
             assert_close(got, xt.grad.numpy(), 1e-6, args)
         else:
             assert same_bits(got, xt.grad.numpy()), args
@@ -471,10 +471,10 @@ def test_gpu_adaptive_backward_gives_pytorchs_bits(device, rows, cols):
     tiles of `rows` rows and `cols` columns (the channels-last kernel takes no columns;
     a last tile may be cut short): each element
     adds its cells' shares grad_out / rows / columns in output order, worked out again only
-    where its cells change: PyTorch CPU's bits and the per-plane kernel's (on a GPU: within
-    1e-6), down- and upsampling; the channels-last kernel's bits are the NCHW kernel's."""
+    where its cells change, once for all the tile's columns: PyTorch CPU's bits and the
+    per-plane kernel's (where division may be inexact: within 1e-6), down- and upsampling;
+    the channels-last kernel's bits are the NCHW kernel's."""
     torch = pytest.importorskip("torch")
-    gpu = bool(device.type & cl.device_type.GPU)
     rng = np.random.default_rng(3400 + rows)
     cases = [((2, 3, 13, 11), (5, 4)), ((1, 4, 40, 9), (7, 3)), ((2, 4, 5, 6), (9, 13)),
              ((1, 8, 37, 23), 7), ((1, 4, 19, 3), (19, 2))]  # fmt: skip
@@ -491,7 +491,7 @@ def test_gpu_adaptive_backward_gives_pytorchs_bits(device, rows, cols):
             )
         with policy.use(per_plane=True):
             plane = clpool.adaptive_avg_pool2d_backward(g, x)
-        if gpu:  # a GPU's float division need not round correctly (OpenCL: 2.5 ulp)
+        if not programs.exact_division(device):  # OpenCL allows 2.5 ulp otherwise
             assert_close(got, xt.grad.numpy(), 1e-6, (shape, size))
         else:
             assert same_bits(got, xt.grad.numpy()), (shape, size)

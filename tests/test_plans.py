@@ -313,6 +313,20 @@ def test_a_program_with_no_kernels_is_a_failed_build(device, monkeypatch):
     assert info.value.kind is KernelError and "gave no kernels" in info.value.reason
 
 
+def test_float32_division_rounds_correctly_where_the_device_offers_it(device, monkeypatch):
+    """Every program is built with -cl-fp32-correctly-rounded-divide-sqrt exactly where
+    the device reports that it can (OpenCL allows 2.5 ulp otherwise: the H200 missed
+    PyTorch's average gradients by an ulp)."""
+    flags: list[list[str]] = []
+    compile_ = programs._compile
+    monkeypatch.setattr(programs, "_compile", lambda c, t, f: flags.append(f) or compile_(c, t, f))
+    programs.kernels(cl.Context([device]), "avg_pool.cl", ("-DCLPOOL_DTYPE=32",))
+    offered = device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
+    assert flags and all(
+        ("-cl-fp32-correctly-rounded-divide-sqrt" in f) == bool(offered) for f in flags
+    )
+
+
 def test_an_unwritable_compiler_cache_still_builds(tmp_path):
     """PyOpenCL raises KeyError('PYOPENCL_CACHE_FAILURE_FATAL') when it cannot write its
     cache (XDG_CACHE_HOME=/proc); clpool builds without it and says so once."""
