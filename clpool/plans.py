@@ -288,12 +288,18 @@ class Planner:
                 options += ["-DCLPOOL_UNROLL", f"-DCLPOOL_PH={win.ph}", f"-DCLPOOL_PW={win.pw}"]
                 if width is not None:
                     options += row_vectors(width, self.cols * win.sw, bf16)
-        # (not for a strided input: its _strided kernels store through their own strides)
-        packs = (bf16 or self.dtype == np.float32) and self.gpu and not self.strided
-        if packs and row is not None and self.family in TILED_FAMILIES:
-            pack = next((n for n in (4, 2) if self.cols % n == 0 and row % n == 0), None)
-            options += [f"-DCLPOOL_PACK={pack}"] if pack else []
         self.options = tuple(options)
+        if row is not None:
+            self.pack_rows(row)
+
+    def pack_rows(self, row: int) -> None:
+        """On a GPU, tile rows of float32 or bfloat16 stored 2 or 4 at a time where that
+        divides the tile's columns and the `row` length (clpool.h's STORE_COLS); not for a
+        strided input, whose _strided kernels store through their own strides."""
+        packs = is_bfloat16(self.dtype) or self.dtype == np.float32
+        if packs and self.gpu and not self.strided and self.family in TILED_FAMILIES:
+            pack = next((n for n in (4, 2) if self.cols % n == 0 and row % n == 0), None)
+            self.options += (f"-DCLPOOL_PACK={pack}",) if pack else ()
 
     def cell_bounds(self, *sizes: int) -> None:
         """Adaptive cell bounds in 64-bit division where an axis or its number of cells,

@@ -71,13 +71,13 @@ TILES = {
         # H200, wall: 1 x 4 201 us, 1 x 1 640, 1 x 8 547, 1 x 16 699, 1 x 32 (the 16 x 2
         # tile as columns, as before) 1,189-1,239
         "adaptive_avg_pool2d_backward equal row": (1, 4),
-        # H200, [128,64,128,128] to 7x7, float32: (16, 1) 324.2 us, (16, 2) 245.4, (16, 4)
-        # 233.8, (32, 2) 198.8, (64, 2) 172.9; bfloat16 (columns stored packed): (16, 1)
-        # 360.2, (16, 2) 322.2, (64, 4) 235.3-235.6 (tiles stop at 64 rows). To 7 of
-        # [32,64,112,112] and [64,256,56,56]: (16, 1) 38.4-38.6 and 56.4-57.0, (16, 2)
-        # 40.2-40.5 and 57.4-58.0, (32, 2) 77.1 and 59.5, (64, 2) 95.5 and 70.9: larger
-        # tiles lose there
-        "adaptive_avg_pool2d_backward": (16, 2),
+        # unequal cells, a cell's share worked out once for all the tile's columns; H200,
+        # to 7x7 of [128,64,128,128] / [32,64,100,100], float32: (16, 2) 227.2 / 55.8
+        # us, (16, 4) 191.9 / 50.2, (32, 4) 141.9 / 38.4, (64, 4) 138.6 / 37.5, (32, 8)
+        # 197.6 / 68.7; bfloat16: (16, 2) 202.0 / 51.1, (16, 4) 150.6 / 40.4, (32, 4)
+        # 120.6 / 35.0, (64, 4) 106.4 / 37.2, (32, 8) 191.2 / 66.5 (tiles stop at 64 rows)
+        "adaptive_avg_pool2d_backward": (32, 4),
+        "adaptive_avg_pool2d_backward bfloat16": (64, 4),
         # planes of one row (adaptive_avg_pool1d's backward), [64,256,4096] to 1000, wall:
         # 1 x 1 897 us, 1 x 4 665-668, 1 x 8 675, 1 x 16 670, 1 x 32 (the 16 x 2 tile as
         # columns) 1,290
@@ -88,7 +88,9 @@ TILES = {
         # The 3-D kernels (kernels_cl/pool3d.cl; their depths: pool3d.DEPTHS).
         "max_pool3d_forward": (2, 2),
         "max_pool3d_values": (2, 2),
-        "max_pool3d_backward": (2, 2),
+        # with 2 depths, rows stored 2 at a time: (2, 4) 49.5 us, (2, 2) 57.3, (4, 2)
+        # 52.1, (1, 4) 72.5, (1, 2) 95.0
+        "max_pool3d_backward": (2, 4),
         # H200, [8,64,16,56,56] k3 s2 p1, rows loaded as vectors (a tile's columns times
         # the stride a multiple of 4): with 2 depths, (2, 2) 50.9 us, (4, 1) 68.8, (2, 4)
         # 80.8; with 1, (4, 1) 56.1 (one column of stride 2: no vectors), (2, 2) 88.6

@@ -69,6 +69,7 @@ def _specialize(
     dhw: tuple[int, ...] = (),
     planes: int | None = None,
     divisor: int = 0,
+    row: int = 0,
 ) -> int:
     """32-bit splits of the kernel's `rows` (dimension 2) below 2^32 of them, the window's
     sizes as compile-time constants where every one is small (never with
@@ -78,7 +79,9 @@ def _specialize(
     depths. A kernel with a `_plane` twin runs one work-item per plane where the policy
     says so for its number of `planes` (p.by_plane: no tile): a forward's output planes
     (volume, depth), a backward's volumes. An average op's one `divisor` for every
-    window (shapes.avg_divisor; 0: none) is a constant with the window's sizes."""
+    window (shapes.avg_divisor; 0: none) is a constant with the window's sizes. A tile
+    stores rows of `row` elements (W of the output or the input) packed where
+    Planner.pack_rows allows."""
     pol = p.policy
     backward = tuned_as is not None and "backward" in tuned_as
     p.by_plane = planes is not None and pol.by_plane(p.rt.device, p.dtype, planes, backward)
@@ -108,6 +111,7 @@ def _specialize(
     ):
         return 1
     p.rows, p.cols = pol.tile(p.rt.device, tuned_as)
+    p.pack_rows(row)
     depths = DEPTHS.get(tuned_as, 1) if unrolled else 1
     if depths > 1:
         p.options += (f"-DCLPOOL_3D_DEPTHS={depths}",)
@@ -216,7 +220,7 @@ def _plan_max_forward(
     od, oh, ow = win.out
     tuned_as = "max_pool3d_forward" if with_indices else "max_pool3d_values"
     planes = None if p.strided else n * c * od
-    depths = _specialize(p, n * c * od, win, tuned_as, dhw, planes)
+    depths = _specialize(p, n * c * od, win, tuned_as, dhw, planes, row=ow)
     _keep_format(p, p.strided and _channels_last(x.shape, p.strides[0]))
     slots = None if with_indices else {"indices": "out"}  # a placeholder, untouched
     if n * c and p.strided:
@@ -292,7 +296,7 @@ def _plan_max_backward(
     p.output("grad_x", x.shape)
     d, h, w = dhw
     volumes = None if p.strided else n * c
-    depths = _specialize(p, n * c * d, win, "max_pool3d_backward", dhw, volumes)
+    depths = _specialize(p, n * c * d, win, "max_pool3d_backward", dhw, volumes, row=w)
     _keep_format(p, p.strided and shapes.channels_last_3d(x.shape, p.strides[1]))
     if n * c and p.strided:
         views = {"grad_out": 0, "indices": 2}
@@ -354,7 +358,7 @@ def _plan_avg_forward(
     p.output("out", _unbatched((n, c, *win.out), x.ndim))
     od, oh, ow = win.out
     planes = None if p.strided else n * c * od
-    depths = _specialize(p, n * c * od, win, "avg_pool3d_forward", dhw, planes, div)
+    depths = _specialize(p, n * c * od, win, "avg_pool3d_forward", dhw, planes, div, ow)
     sizes = _avg_sizes(win, dhw, include, div)
     if n * c and p.strided:  # the result C-contiguous whatever the input, as ATen's
         _step_strided(p, "avg_pool3d_forward_strided", {"x": 0}, **sizes)
@@ -398,7 +402,7 @@ def _plan_avg_backward(
     p.output("grad_x", x.shape)
     d, h, w = dhw
     volumes = None if p.strided else n * c
-    depths = _specialize(p, n * c * d, win, "avg_pool3d_backward", dhw, volumes, div)
+    depths = _specialize(p, n * c * d, win, "avg_pool3d_backward", dhw, volumes, div, w)
     sizes = _avg_sizes(win, dhw, include, div)
     if n * c and p.strided:  # C-contiguous, as ATen's
         _step_strided(p, "avg_pool3d_backward_strided", {"grad_out": 0}, **sizes)

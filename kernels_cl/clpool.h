@@ -308,6 +308,34 @@ inline int tile_start(uint dim, int per_item, int size)
         STORE(p, (i) + c_, v[c_]);
 #endif
 
+/* A tile row's values as STORE_COLS stores them (stored_t words[STORED_WORDS]), for a row
+ * stored many times over: FIX_COLS(words, v) rounds and packs once, STORE_FIXED(p, i,
+ * words, n) stores. */
+#if CLPOOL_DTYPE == 17 && defined(CLPOOL_PACK)
+typedef uint stored_t;
+#define STORED_WORDS (CLPOOL_COLS / 2)
+#define FIX_COLS(w, v)                                                                \
+    for (int k_ = 0; k_ < STORED_WORDS; ++k_)                                         \
+        w[k_] = BF16_PAIR(v, 2 * k_);
+#if CLPOOL_PACK == 4
+#define STORE_WORDS(p, i, w, c) \
+    (*(__global uint2 *)((p) + (i)) = (uint2)(w[(c) / 2], w[(c) / 2 + 1]))
+#else
+#define STORE_WORDS(p, i, w, c) (*(__global uint *)((p) + (i)) = w[(c) / 2])
+#endif
+#define STORE_FIXED(p, i, w, n)                                                       \
+    UNROLL for (int c_ = 0; c_ < CLPOOL_COLS; c_ += CLPOOL_PACK)                      \
+        if (c_ < (n))                                                                 \
+            STORE_WORDS(p, (i) + c_, w, c_);
+#else
+typedef acc_t stored_t;
+#define STORED_WORDS CLPOOL_COLS
+#define FIX_COLS(w, v)                                                                \
+    for (int k_ = 0; k_ < CLPOOL_COLS; ++k_)                                          \
+        w[k_] = v[k_];
+#define STORE_FIXED(p, i, w, n) STORE_COLS(p, i, w, n)
+#endif
+
 /* indices p[i .. i + n - 1] = v[0 .. n - 1] (n <= CLPOOL_COLS): STORE_COLS for a tile
  * row's indices. With -DCLPOOL_INDEX_PAIRS (on a GPU; the host's choice where i, n and
  * CLPOOL_COLS are always even) every 2 as one 8- or 16-byte store (on the H200,

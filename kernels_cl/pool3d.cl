@@ -161,12 +161,11 @@ inline int no_tap(int t, int start, int n, int s, int k, int d, int size)
         }                                                                           \
     }
 
-/* Loops (i, r, c) over the outputs of a forward tile that lie inside the output; o is
- * the output's offset. */
-#define FOR_TILE_OUTPUTS(i, r, c, od0, oh0, ow0)                                    \
+/* Loops (i, r) over the output rows of a forward tile that lie inside the output, each
+ * stored at once (STORE_COLS: packed where the host passed -DCLPOOL_PACK). */
+#define FOR_TILE_ROWS(i, r, od0, oh0)                                               \
     for (int i = 0; i < CLPOOL_3D_DEPTHS && (od0) + i < OD; ++i)                    \
-        for (int r = 0; r < CLPOOL_ROWS && (oh0) + r < OH; ++r)                     \
-            for (int c = 0; c < CLPOOL_COLS && (ow0) + c < OW; ++c)
+        for (int r = 0; r < CLPOOL_ROWS && (oh0) + r < OH; ++r)
 #define TILE_OUTPUT3D(volume, od, oh, ow) ((((volume) * OD + (od)) * OH + (oh)) * OW + (ow))
 
 /* out = max over the window, NaN winning (the last NaN in window order keeps its index,
@@ -194,11 +193,11 @@ __kernel void max_pool3d_forward(__global const elem_t *restrict x,
                     best[i][r][c] = v;
                     best_i[i][r][c] = at;
                 })
-    FOR_TILE_OUTPUTS(i, r, c, od0, oh0, ow0) {
-        long o = TILE_OUTPUT3D(volume, od0 + i, oh0 + r, ow0 + c);
-        STORE(out, o, best[i][r][c]);
+    FOR_TILE_ROWS(i, r, od0, oh0) {
+        long o = TILE_OUTPUT3D(volume, od0 + i, oh0 + r, ow0);
+        STORE_COLS(out, o, best[i][r], min(CLPOOL_COLS, OW - ow0));
 #ifndef CLPOOL_NO_INDICES
-        indices[o] = (index_t)best_i[i][r][c];
+        STORE_INDEX_COLS(indices, o, best_i[i][r], min(CLPOOL_COLS, OW - ow0));
 #endif
     }
 }
@@ -244,13 +243,13 @@ __kernel void max_pool3d_forward_plane(__global const elem_t *restrict x,
     SPLIT_ROW((long)get_global_id(2), SLABS(D), volume, slab_);                     \
     int id0 = slab_ * CLPOOL_3D_DEPTHS
 
-/* Stores g[i][r][c] of a backward tile at the elements inside the volume. */
+/* Stores g[i][r][c] of a backward tile at the elements inside the volume, a row at once
+ * (STORE_COLS). */
 #define STORE_TILE3D(g, volume, id0, ih0, iw0)                                      \
     for (int i = 0; i < CLPOOL_3D_DEPTHS && (id0) + i < D; ++i)                     \
         for (int r = 0; r < CLPOOL_ROWS && (ih0) + r < H; ++r)                      \
-            for (int c = 0; c < CLPOOL_COLS && (iw0) + c < W; ++c)                  \
-                STORE(grad_x, (volume) * D * H * W + (((pos_t)(id0) + i) * H + (ih0) + r) * W \
-                              + (iw0) + c, g[i][r][c])
+            STORE_COLS(grad_x, (volume) * D * H * W + (((pos_t)(id0) + i) * H + (ih0) + r) * W \
+                                   + (iw0), g[i][r], min(CLPOOL_COLS, W - (iw0)))
 
 /* grad_x[e] = sum, in ascending output order, of grad_out over the windows that can
  * contain e and whose index names e. An index naming no element of the volume matches
@@ -338,11 +337,14 @@ __kernel void avg_pool3d_forward(__global const elem_t *restrict x,
     FOR_TILE(i, r, c)
         sum[i][r][c] = 0;
     WALK_TILE3D(xp, ds, hs, ws, sum[i][r][c] += v)
-    FOR_TILE_OUTPUTS(i, r, c, od0, oh0, ow0) {
+    acc_t avg[CLPOOL_3D_DEPTHS][CLPOOL_ROWS][CLPOOL_COLS];
+    FOR_TILE(i, r, c) {
         divisor_t div = avg_divisor3d(ds + i * sd, hs + r * sh, ws + c * sw, AVG_POOL3D_ARGS);
-        STORE(out, TILE_OUTPUT3D(volume, od0 + i, oh0 + r, ow0 + c),
-              div ? sum[i][r][c] / (acc_t)div : (acc_t)0);
+        avg[i][r][c] = div ? sum[i][r][c] / (acc_t)div : (acc_t)0;
     }
+    FOR_TILE_ROWS(i, r, od0, oh0)
+        STORE_COLS(out, TILE_OUTPUT3D(volume, od0 + i, oh0 + r, ow0), avg[i][r],
+                   min(CLPOOL_COLS, OW - ow0));
 }
 
 /* The forward for a CPU, as max_pool3d_forward_plane. */

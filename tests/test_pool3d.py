@@ -279,7 +279,8 @@ VECTOR_CASES = [((2, 3, 5, 6, 8), 3, 2, 1, 1, False, 2, "float32"),
 @pytest.mark.parametrize("case", VECTOR_CASES)
 def test_forward_tiles_load_rows_as_vectors_and_give_the_same_bits(case, build_options):
     """The forwards of a GPU's tiles load rows as vectors (-DCLPOOL_VEC4; bfloat16 in eights,
-    -DCLPOOL_VEC8, where the row and the tile's start allow) and give the bits of a
+    -DCLPOOL_VEC8, where the row and the tile's start allow), store rows 2 or 4 at a time
+    (-DCLPOOL_PACK) where the row and the tile allow, and give the bits of a
     work-item per output without vectors: max pooling of ties with a few NaN and -inf, the
     average of random values (an order of summation would show)."""
     shape, k, s, p, d, ceil, cols, dtype = case
@@ -305,6 +306,10 @@ def test_forward_tiles_load_rows_as_vectors_and_give_the_same_bits(case, build_o
     assert len(vectors) == 3  # max with indices, max values, average
     eights = sum("-DCLPOOL_VEC8" in o for o in vectors)
     assert eights == (3 if bf16 and cols * _triple(s)[2] % 8 == 0 else 0)
+    # rows stored 2 or 4 at a time where that divides the tile's columns and the row
+    packs = [next((n for n in (4, 2) if cols % n == 0 and a.shape[-1] % n == 0), None)
+             for a in (got[0], got[2], got[3])]  # fmt: skip
+    assert [next((n for n in (4, 2) if f"-DCLPOOL_PACK={n}" in o), None) for o in vectors] == packs
     for a, b in zip(got, want, strict=True):
         assert same_bits(a, b)
 
