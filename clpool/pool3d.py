@@ -69,7 +69,7 @@ def _specialize(
     dhw: tuple[int, ...] = (),
     planes: int | None = None,
     divisor: int = 0,
-    row: int = 0,
+    row: int | None = None,
 ) -> int:
     """32-bit splits of the kernel's `rows` (dimension 2) below 2^32 of them, the window's
     sizes as compile-time constants where every one is small (never with
@@ -111,12 +111,13 @@ def _specialize(
     ):
         return 1
     p.rows, p.cols = pol.tile(p.rt.device, tuned_as)
-    p.pack_rows(row)
+    if row is not None:
+        p.pack_rows(row)
     depths = DEPTHS.get(tuned_as, 1) if unrolled else 1
     if depths > 1:
         p.options += (f"-DCLPOOL_3D_DEPTHS={depths}",)
-    # Read by the forwards only; a backward takes them too, so that one whose tile is its
-    # forward's (max pooling's) builds the forward's program.
+    # Read by the forwards only; a backward takes them too, so that it builds its forward's
+    # program where their tiles and packed rows agree.
     if unrolled:
         p.options += plans.row_vectors(dhw[2], p.cols * win.s[2], is_bfloat16(p.dtype))
     return depths

@@ -177,7 +177,7 @@ __kernel void adaptive_avg_pool2d_band(__global const elem_t *restrict x,
  * each cell's share once for all its columns, where the columns lie in at most
  * CLPOOL_COLS + 1 cells (always, but for upsampling: else each column's shares), and
  * rounds and packs the row once (FIX_COLS). On the H200, [128,64,128,128] to 7x7: 228.6 ->
- * 141.9 us float32 and 322.1 -> 120.6 bfloat16 at 32 x 4 (BENCHMARKS.md). */
+ * 141.9 us float32 at 32 x 4 and 322.1 -> 106.4 bfloat16 at 64 x 4 (BENCHMARKS.md). */
 #define SPAN (CLPOOL_COLS + 1)
 __kernel void adaptive_avg_pool2d_backward(__global const elem_t *restrict grad_out,
                                            __global elem_t *restrict grad_x,
