@@ -4,13 +4,14 @@
 #include "clpool.h"
 
 /* g = the sum, in output order, of each cell's share LOADED(oh, ow) / rows / columns over
- * the cells [oh0, oh1) x [ow0, ow1) (PyTorch CPU's shares and order). */
-#define SUM_SHARES(g, LOADED)                                                         \
+ * the cells [oh0, oh1) x [ow0, ow1) (PyTorch CPU's shares and order), each through
+ * PLUS_ZERO (plus_zero, or plus_zero4 for four lanes). */
+#define SUM_SHARES(g, LOADED, PLUS_ZERO)                                              \
     for (int oh = oh0; oh < oh1; ++oh) {                                              \
         acc_t rows = cell_end(oh, H, OH) - cell_start(oh, H, OH);                     \
         for (int ow = ow0; ow < ow1; ++ow) {                                          \
             acc_t cols = cell_end(ow, W, OW) - cell_start(ow, W, OW);                 \
-            g += LOADED(oh, ow) / rows / cols;                                        \
+            g += PLUS_ZERO(LOADED(oh, ow) / rows / cols);                             \
         }                                                                             \
     }
 
@@ -207,7 +208,7 @@ __kernel void adaptive_avg_pool2d_backward(__global const elem_t *restrict grad_
             for (int oh = oh0; oh < oh1 && few; ++oh) {
                 acc_t rows = cell_end(oh, H, OH) - cell_start(oh, H, OH), share[SPAN];
                 for (int k = 0; k < SPAN; ++k)
-                    share[k] = GRAD(oh, min(lo + k, OW - 1)) / rows / width[k];
+                    share[k] = plus_zero(GRAD(oh, min(lo + k, OW - 1)) / rows / width[k]);
                 for (int c = 0; c < CLPOOL_COLS; ++c)
                     for (int k = 0; k < SPAN; ++k)
                         if (first[c] <= lo + k && lo + k < last[c])
@@ -215,7 +216,7 @@ __kernel void adaptive_avg_pool2d_backward(__global const elem_t *restrict grad_
             }
             for (int c = 0; c < CLPOOL_COLS && !few; ++c) {
                 int ow0 = first[c], ow1 = last[c];
-                SUM_SHARES(g[c], GRAD)
+                SUM_SHARES(g[c], GRAD, plus_zero)
             }
             FIX_COLS(words, g)
         }
@@ -240,7 +241,8 @@ __kernel void adaptive_avg_pool2d_backward_plane(__global const elem_t *restrict
         int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
         for (int ow = 0; ow < OW; ++ow) {
             int w0 = cell_start(ow, W, OW), w1 = cell_end(ow, W, OW);
-            acc_t v = LOAD(gp, (pos_t)oh * OW + ow) / (acc_t)(h1 - h0) / (acc_t)(w1 - w0);
+            acc_t v = plus_zero(LOAD(gp, (pos_t)oh * OW + ow) / (acc_t)(h1 - h0)
+                                / (acc_t)(w1 - w0));
             for (int h = h0; h < h1; ++h)
                 add_to_row(xp, (pos_t)h * W, w0, w1, v, 0, w1 - w0 >= 16);
         }
@@ -381,7 +383,7 @@ __kernel void adaptive_avg_pool2d_backward_strided(__global const elem_t *restri
         if (h >= next) {
             next = cells_at(h, H, OH, &oh0, &oh1);
             g = 0;
-            SUM_SHARES(g, GRAD)
+            SUM_SHARES(g, GRAD, plus_zero4)
         }
         store_lanes(grad_x, AT_OUT(grad_x, e.n, e.c, h, e.w), g, lanes, aligned);
     }

@@ -61,9 +61,10 @@ __kernel void avg_pool2d_forward(__global const elem_t *restrict x,
     for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r) {
         acc_t avg[CLPOOL_COLS];
         UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
-            avg[c] = sum[r][c] / (acc_t)avg_divisor(hs + r * sh, ws + c * sw, kh, kw, H, W,
-                                                    ph, pw, count_include_pad,
-                                                    divisor_override);
+            avg[c] = plus_zero(sum[r][c] / (acc_t)avg_divisor(hs + r * sh, ws + c * sw, kh,
+                                                              kw, H, W, ph, pw,
+                                                              count_include_pad,
+                                                              divisor_override));
         STORE_COLS(out, (plane * OH + oh0 + r) * OW + ow0, avg, min(CLPOOL_COLS, OW - ow0))
     }
 }
@@ -118,9 +119,9 @@ __kernel void avg_pool2d_backward(__global const elem_t *restrict grad_out,
             int ow = tw.first + b, left = ow * sw - pw;
             if (!INSIDE(ow, tw.end))
                 continue;
-            acc_t v = LOAD(gp, (pos_t)oh * OW + ow)
-                      / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
-                                           count_include_pad, divisor_override);
+            acc_t v = plus_zero(LOAD(gp, (pos_t)oh * OW + ow)
+                                / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
+                                                     count_include_pad, divisor_override));
             UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
                 if (COVERS(th, r, a, CLPOOL_ROWS, sh, kh))
                     UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
@@ -156,9 +157,9 @@ __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out
         int top = oh * sh - ph, h0 = max(top, 0), h1 = min(top + kh, H);
         for (int ow = 0; ow < OW; ++ow) {
             int left = ow * sw - pw, w0 = max(left, 0), w1 = min(left + kw, W);
-            acc_t v = LOAD(gp, (pos_t)oh * OW + ow)
-                      / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
-                                           count_include_pad, divisor_override);
+            acc_t v = plus_zero(LOAD(gp, (pos_t)oh * OW + ow)
+                                / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
+                                                     count_include_pad, divisor_override));
             for (int h = h0; h < h1; ++h)
                 add_to_row(xp, (pos_t)h * W, w0, w1, v, tiled, kw >= 16);
         }
@@ -249,7 +250,8 @@ __kernel void avg_pool2d_forward_strided(__global const elem_t *restrict x,
         for (int w = max(ws, 0); w < min(ws + kw, W); ++w)
             sum += LOAD(xp, (long)h * x_sh + (long)w * x_sw);
     pos_t div = avg_divisor(hs, ws, kh, kw, H, W, ph, pw, count_include_pad, divisor_override);
-    STORE(out, AT_OUT(out, o.n, o.c, o.h, o.w), sum / (acc_t)div);
+    acc_t avg = sum / (acc_t)div;
+    STORE(out, AT_OUT(out, o.n, o.c, o.h, o.w), channels_inner ? avg : plus_zero(avg));
 }
 
 /* The gradients of a channels-last backward tile: CLPOOL_CL_ROWS x CLPOOL_CL_PIX input
@@ -272,7 +274,8 @@ inline void avg_share4(__global const elem_t *gp, __global elem_t *grad_x, long 
             int left = ow * sw - pw;
             pos_t div = avg_divisor(top, left, kh, kw, H, W, ph, pw, count_include_pad,
                                     divisor_override);
-            acc4_t v = LOAD4CL(gp, (long)oh * g_sh + (long)ow * g_sw, aligned) / (acc_t)div;
+            acc4_t v = plus_zero4(LOAD4CL(gp, (long)oh * g_sh + (long)ow * g_sw, aligned)
+                                  / (acc_t)div);
             UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
                 if (INSIDE(h0 + r - top, kh))
                     UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k)
@@ -320,8 +323,8 @@ __kernel void avg_pool2d_backward_strided(__global const elem_t *restrict grad_o
         for (int ow = cols.first; ow < cols.end; ++ow) {
             pos_t div = avg_divisor(oh * sh - ph, ow * sw - pw, kh, kw, H, W, ph, pw,
                                     count_include_pad, divisor_override);
-            g += LOAD(grad_out, g0 + (long)oh * grad_out_sh + (long)ow * grad_out_sw)
-                 / (acc_t)div;
+            g += plus_zero(LOAD(grad_out, g0 + (long)oh * grad_out_sh + (long)ow * grad_out_sw)
+                           / (acc_t)div);
         }
     STORE(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g);
 }

@@ -563,6 +563,29 @@ inline int clear_rows(__global elem_t *p, int W, int from, int to)
     return max(from, to);
 }
 
+/* v, +0 where it is zero: an average as PyTorch CPU returns it where it adds the quotient
+ * into a result cleared to +0 (so never -0): every backward's share of a gradient, and the
+ * forwards of avg_pool2d in NCHW (or other non-channels-last strides), avg_pool1d and
+ * avg_pool3d in both layouts. (avg_pool2d channels-last and the adaptive forwards divide
+ * into the result: -0 stays.) On the H200 a backward share that underflowed (-2^-149 / 8)
+ * came back -0 through the kernels' sums, where it was the only term (RELIABILITY.md). */
+inline acc_t plus_zero(acc_t v)
+{
+    return v == 0 ? (acc_t)0 : v;
+}
+
+/* plus_zero in four lanes. */
+inline acc4_t plus_zero4(acc4_t v)
+{
+    return select(v, (acc4_t)0, isequal(v, (acc4_t)0));
+}
+
+/* plus_zero in sixteen lanes. */
+inline acc16_t plus_zero16(acc16_t v)
+{
+    return select(v, (acc16_t)0, isequal(v, (acc16_t)0));
+}
+
 /* The average pooling divisor of the window starting at (hs, ws) in padded
  * coordinates, as PyTorch computes it. A non-zero divisor_override is every window's
  * divisor: the caller's override, or kh * kw where the host found that all windows

@@ -133,7 +133,7 @@ inline void avg_window(__global const elem_t *xp, __global elem_t *out, long o, 
             for (int w = max(ws, 0); w < min(ws + kw, W); ++w)
                 sum += LOAD(xp, (depth + h) * W + w);
     }
-    STORE(out, o, sum / div);
+    STORE(out, o, plus_zero(sum / div));
 }
 
 #ifndef CLPOOL_NO_LANES16
@@ -150,7 +150,7 @@ inline void avg_window16(__global const elem_t *xp, __global elem_t *out, long o
             for (int j = 0; j < kw; ++j)
                 sum += load16_strided(xp, (depth + h) * W + ws + j, sw);
     }
-    STORE16(out, o, sum / div);
+    STORE16(out, o, plus_zero16(sum / div));
 }
 #endif
 

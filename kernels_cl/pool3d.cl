@@ -340,7 +340,7 @@ __kernel void avg_pool3d_forward(__global const elem_t *restrict x,
     acc_t avg[CLPOOL_3D_DEPTHS][CLPOOL_ROWS][CLPOOL_COLS];
     FOR_TILE(i, r, c) {
         divisor_t div = avg_divisor3d(ds + i * sd, hs + r * sh, ws + c * sw, AVG_POOL3D_ARGS);
-        avg[i][r][c] = div ? sum[i][r][c] / (acc_t)div : (acc_t)0;
+        avg[i][r][c] = div ? plus_zero(sum[i][r][c] / (acc_t)div) : (acc_t)0;
     }
     FOR_TILE_ROWS(i, r, od0, oh0)
         STORE_COLS(out, TILE_OUTPUT3D(volume, od0 + i, oh0 + r, ow0), avg[i][r],
@@ -382,7 +382,7 @@ __kernel void avg_pool3d_backward(__global const elem_t *restrict grad_out,
     FOR_TILE_WINDOWS(a, b, e, td, th, tw) {
         divisor_t div = avg_divisor3d((td.first + a) * sd - pd, (th.first + b) * sh - ph,
                                       (tw.first + e) * sw - pw, AVG_POOL3D_ARGS);
-        acc_t v = LOAD(gp, TILE_OUTPUT(a, b, e, td, th, tw)) / (acc_t)div;
+        acc_t v = plus_zero(LOAD(gp, TILE_OUTPUT(a, b, e, td, th, tw)) / (acc_t)div);
         FOR_TILE(i, r, c)
             if (COVERS(td, i, a, CLPOOL_3D_DEPTHS, sd, kd) && COVERS(th, r, b, CLPOOL_ROWS, sh, kh)
                 && COVERS(tw, c, e, CLPOOL_COLS, sw, kw))
@@ -453,7 +453,7 @@ __kernel void avg_pool3d_backward_plane(__global const elem_t *restrict grad_out
                 if (d0 >= d1 || h0 >= h1 || w0 >= w1)
                     continue; /* no element (a divisor of 0) */
                 long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
-                acc_t v = LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / (acc_t)div;
+                acc_t v = plus_zero(LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / (acc_t)div);
                 for (int d = d0; d < d1; ++d)
                     for (int h = h0; h < h1; ++h)
                         add_to_row(xp, (pos_t)d * HW + (pos_t)h * W, w0, w1, v, 0, kw >= 16);
@@ -503,7 +503,7 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
             acc_t rows = (acc_t)(cell_end(oh, H, OH) - cell_start(oh, H, OH));
             for (int ow = ow0; ow < ow1; ++ow) {
                 acc_t cols = (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW));
-                g += LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / depth / rows / cols;
+                g += plus_zero(LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / depth / rows / cols);
             }
         }
     }
@@ -696,7 +696,7 @@ __kernel void avg_pool3d_forward_strided(__global const elem_t *restrict x,
                 sum += load_lanes(xp, IN_VOLUME(x, d, h, w), lanes, 0);
     long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
     store_lanes(out, AT3D_OUT(out, o.n, o.c, o.d, o.h, o.w),
-                div ? sum / (acc_t)div : (acc4_t)0, lanes, 0);
+                div ? plus_zero4(sum / (acc_t)div) : (acc4_t)0, lanes, 0);
 }
 
 /* avg_pool3d_backward for grad_out of any strides, grad_x through its own. */
@@ -717,7 +717,8 @@ __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_o
             for (int ow = rw.first; ow < rw.end; ++ow) {
                 long div = avg_divisor3d(od * sd - pd, oh * sh - ph, ow * sw - pw,
                                          AVG_POOL3D_ARGS);
-                g += load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0) / (acc_t)div;
+                g += plus_zero4(load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0)
+                                / (acc_t)div);
             }
     store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes, 0);
 }
@@ -761,8 +762,8 @@ __kernel void adaptive_avg_pool3d_backward_strided(__global const elem_t *restri
             acc_t rows = (acc_t)(cell_end(oh, H, OH) - cell_start(oh, H, OH));
             for (int ow = ow0; ow < ow1; ++ow) {
                 acc_t cols = (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW));
-                g += load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0) / depth / rows
-                     / cols;
+                g += plus_zero4(load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0) / depth
+                                / rows / cols);
             }
         }
     }
