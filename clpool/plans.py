@@ -38,6 +38,10 @@ def dtype_bits(dtype: np.dtype) -> int | None:
 TILED = {"max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward", "avg_pool2d_backward"}
 TILED |= {"max_pool3d_forward", "max_pool3d_backward", "avg_pool3d_forward", "avg_pool3d_backward"}
 TILED |= {"adaptive_avg_pool2d_backward", "adaptive_max_pool_backward"}
+# the _strided kernels that take, on a CPU, a row of an image of 16 channels a lane
+# (channels_inner == 16: kernels_cl/plane.h)
+CPU_ROWS = {"max_pool2d_forward_strided", "max_pool2d_backward_strided"}
+CPU_ROWS |= {"avg_pool2d_forward_strided", "avg_pool2d_backward_strided"}
 # the SOURCES that hold them
 TILED_FAMILIES = ("max", "avg", "pool3d", "adaptive", "adaptive_max")
 # Work-items along a row of a work-group: 64 keeps a row's loads in one or two cache lines
@@ -427,9 +431,13 @@ class Planner:
         scalars.update(zip((f"{out.slot}_sn", f"{out.slot}_sc", f"{out.slot}_sh",
                             f"{out.slot}_sw"), strides, strict=True))  # fmt: skip
         channel_strides = {self.strides[i][-3] for i in views.values()} | {strides[1]}
+        if inner and not self.gpu and name in CPU_ROWS and self._lanes16() and c % 16 == 0:
+            lanes = 16
         per_item = lanes if channel_strides == {1} and c % lanes == 0 else 1
         geometry = (c // per_item, w, n * h) if inner else (w, h, n * c)
-        if inner and per_item == 4 and tile != (1, 1):
+        if per_item == 16:
+            geometry = (1, 1, n * h)
+        elif inner and per_item == 4 and tile != (1, 1):
             geometry = (c // 4, -(-w // tile[1]), n * -(-h // tile[0]))
             self.options += (f"-DCLPOOL_CL_ROWS={tile[0]}", f"-DCLPOOL_CL_PIX={tile[1]}")
         sizes, local = ndrange(self.rt.device, *geometry)
@@ -443,6 +451,10 @@ class Planner:
             kernel, sizes, local, slots, C=c, channels_inner=channels_inner, **scalars
         )
         self.steps.append(launch)
+
+    def _lanes16(self) -> bool:
+        """Whether this device's kernels may hold 16-lane vectors (quirks.py)."""
+        return "-DCLPOOL_NO_LANES16" not in quirks.options(self.rt.device)
 
     def _copy(self, i: int, slot: str) -> kernels.Launch | None:
         """The copy of input `i` into a contiguous buffer, or None when it is one."""

@@ -249,4 +249,126 @@ inline void add_max_grad16(__global elem_t *xp, __global const index_t *ip,
 #define ADD_MAX_GRADS_ROW(o, x0) ADD_MAX_GRADS_ONE_BY_ONE(o, x0)
 #endif
 
+#ifndef CLPOOL_NO_LANES16
+/* A CPU's channels-last kernels (the _strided kernels' channels_inner == 16): one
+ * work-item per row of an image, 16 channels at a time as vectors (channels contiguous in
+ * every view, C a multiple of 16), pixel after pixel. The same folds and sums in the same
+ * order as the 4-channel tiles, which a CPU runs with a work-item per 4 channels of a
+ * pixel (BENCHMARKS.md). The image's view xp (or gp, ip) is read through its strides
+ * (x_sh, x_sw), and the row's results stored from `at` on, out_sw apart. */
+
+/* The 16-lane select mask of an acc16_t from a comparison of 16 indices or positions. */
+#if CLPOOL_DTYPE == 64
+#define ACC16_MASK(m) convert_long16(m)
+#else
+#define ACC16_MASK(m) convert_int16(m)
+#endif
+
+/* The max (and index) of each window of the output row whose windows start at row hs:
+ * its taps inside the plane in row-major window order (FOLD_MAX16), the first tap's index
+ * where every tap is -inf, -1 where no tap is inside. */
+inline void max_row16(__global const elem_t *xp, __global elem_t *out,
+                      __global index_t *indices, long at, long out_sw, int C, int H, int W,
+                      int OW, int hs, int kh, int kw, int sw, int pw, int dh, int dw,
+                      long x_sh, long x_sw)
+{
+    int2 ti = taps_within(hs, kh, dh, H);
+    for (int ow = 0; ow < OW; ++ow, at += out_sw) {
+        int ws = ow * sw - pw;
+        int2 tj = taps_within(ws, kw, dw, W);
+        pos_t first = ti.x < ti.y && tj.x < tj.y ? (pos_t)(hs + ti.x * dh) * W + ws + tj.x * dw
+                                                 : -1;
+        for (int c = 0; c < C; c += 16) {
+            acc16_t best = -INFINITY;
+            pos16_t best_i = -1;
+            for (int i = ti.x; i < ti.y; ++i) {
+                int h = hs + i * dh;
+                for (int j = tj.x; j < tj.y; ++j) {
+                    int w = ws + j * dw;
+                    acc16_t v = LOAD16(xp, (long)h * x_sh + (long)w * x_sw + c);
+                    FOLD_MAX16(best, best_i, v, (pos_t)h * W + w)
+                }
+            }
+            STORE16(out, at + c, best);
+#ifndef CLPOOL_NO_INDICES
+            STORE_INDEX16(indices, at + c, select(best_i, (pos16_t)first, best_i < 0));
+#endif
+        }
+    }
+}
+
+/* The gradient of each element of input row h: the gradients of the windows reaching it
+ * whose index names it (inside the window's span), added in output order. */
+inline void max_gather_row16(__global const elem_t *gp, __global const index_t *ip,
+                             __global elem_t *grad_x, long at, long out_sw, int C, int H,
+                             int W, int OH, int OW, int h, int sh, int sw, int ph, int pw,
+                             int span_h, int span_w, long g_sh, long g_sw, long i_sh,
+                             long i_sw)
+{
+    window_range wr = windows_reaching(h, 1, H, sh, ph, span_h, OH);
+    for (int w = 0; w < W; ++w, at += out_sw) {
+        window_range wc = windows_reaching(w, 1, W, sw, pw, span_w, OW);
+        pos_t self = (pos_t)h * W + w;
+        for (int c = 0; c < C; c += 16) {
+            acc16_t g = 0;
+            for (int oh = wr.first; oh < wr.end; ++oh)
+                for (int ow = wc.first; ow < wc.end; ++ow) {
+                    if (!INSIDE(w - (ow * sw - pw), span_w))
+                        continue;
+                    acc16_t v = LOAD16(gp, (long)oh * g_sh + (long)ow * g_sw + c);
+                    index16_t i = vload16(0, ip + (long)oh * i_sh + (long)ow * i_sw + c);
+                    g += select((acc16_t)0, v, ACC16_MASK(i == (index_t)self));
+                }
+            STORE16(grad_x, at + c, g);
+        }
+    }
+}
+
+/* The average of each window of the output row whose windows start at row hs: its
+ * elements inside the plane summed in row-major order, divided (a zero keeps its sign, as
+ * PyTorch's channels-last kernel). */
+inline void avg_row16(__global const elem_t *xp, __global elem_t *out, long at, long out_sw,
+                      int C, int H, int W, int OW, int hs, int kh, int kw, int sw, int ph,
+                      int pw, int count_include_pad, int divisor_override, long x_sh,
+                      long x_sw)
+{
+    for (int ow = 0; ow < OW; ++ow, at += out_sw) {
+        int ws = ow * sw - pw;
+        acc_t div = avg_divisor(hs, ws, kh, kw, H, W, ph, pw, count_include_pad,
+                                divisor_override);
+        for (int c = 0; c < C; c += 16) {
+            acc16_t sum = 0;
+            for (int h = max(hs, 0); h < min(hs + kh, H); ++h)
+                for (int w = max(ws, 0); w < min(ws + kw, W); ++w)
+                    sum += LOAD16(xp, (long)h * x_sh + (long)w * x_sw + c);
+            STORE16(out, at + c, sum / div);
+        }
+    }
+}
+
+/* The gradient of each element of input row h: each window reaching it gives its share
+ * (its gradient over its divisor), added in output order to +0 (on a CPU, a -0 share
+ * leaves +0: no plus_zero, as the per-plane backwards). */
+inline void avg_share_row16(__global const elem_t *gp, __global elem_t *grad_x, long at,
+                            long out_sw, int C, int H, int W, int OH, int OW, int h, int kh,
+                            int kw, int sh, int sw, int ph, int pw, int count_include_pad,
+                            int divisor_override, long g_sh, long g_sw)
+{
+    window_range wr = windows_reaching(h, 1, H, sh, ph, kh, OH);
+    for (int w = 0; w < W; ++w, at += out_sw) {
+        window_range wc = windows_reaching(w, 1, W, sw, pw, kw, OW);
+        for (int c = 0; c < C; c += 16) {
+            acc16_t g = 0;
+            for (int oh = wr.first; oh < wr.end; ++oh)
+                for (int ow = wc.first; ow < wc.end; ++ow) {
+                    acc_t div = avg_divisor(oh * sh - ph, ow * sw - pw, kh, kw, H, W, ph, pw,
+                                            count_include_pad, divisor_override);
+                    g += LOAD16(gp, (long)oh * g_sh + (long)ow * g_sw + c) / div;
+                }
+            STORE16(grad_x, at + c, g);
+        }
+    }
+}
+#endif
+
 #endif

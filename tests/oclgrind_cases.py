@@ -24,14 +24,15 @@ adaptive_avg_pool2d_band (bands of 16 or more rows), adaptive_avg_pool2d_global 
 1x1), the `_plane` kernels of max and average pooling and adaptive_avg_pool2d_plane (the
 CPU kernels: the max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAPTIVE), the
 `_strided` kernels (non-contiguous device arrays, and channels-last numpy arrays: the
-nhwc/ cases; the 3-D ones on channels-last-3d numpy arrays and strided 5-D device arrays:
-the ndhwc/ cases), clpool_contiguous (launched directly, and by the adaptive max ops
-on strided 5-D arrays), adaptive_max_pool_forward (with and without indices, int32 and
-int64) and adaptive_max_pool_backward and its `_plane` twin (including indices outside the
-volume), max_unpool_clear/claim/scatter/gather (unpool_cases) and the 3-D kernels of
-pool3d.cl (WINDOWS_3D; also through their `_plane` twins),
-max_unpool_window/tile/plane (unpool_window_cases), in
-float32 and float64; and a few of them in bfloat16 (bfloat16_cases).
+nhwc/ cases, a CPU's rows of 16 channels too; the 3-D ones on channels-last-3d numpy
+arrays and strided 5-D device arrays: the ndhwc/ cases), clpool_contiguous (launched
+directly, and by the adaptive max ops on strided 5-D arrays), adaptive_max_pool_forward
+(with and without indices, int32 and int64) and adaptive_max_pool_backward and its
+`_plane` twin (including indices outside the volume),
+max_unpool_clear/claim/scatter/gather (unpool_cases) and the 3-D kernels of pool3d.cl
+(WINDOWS_3D; also through their `_plane` twins), max_unpool_window/tile/plane
+(unpool_window_cases), in float32 and float64; and a few of them in bfloat16
+(bfloat16_cases).
 """
 
 from __future__ import annotations
@@ -309,6 +310,23 @@ def nhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("nhwc/avg_pool2d_backward/lanes4",
            lambda: clpool.avg_pool2d_backward(g4, x4, 3, 2, 1, True, False),
            lambda: ref.avg_pool2d_backward(g4, x4, 3, 2, 1, True, False))
+    # a CPU's rows of 16 channels a lane (plane.h)
+    x16 = stored_channels_last(_data((2, 16, 5, 4), dtype, 708, ties=True))
+    _, idx16 = ref.max_pool2d_with_indices(x16, 3, 2, 1, 1, True)
+    g16 = stored_channels_last(_data(idx16.shape, dtype, 709))
+    yield ("nhwc/max_pool2d_with_indices/lanes16",
+           _as_cpu(lambda: clpool.max_pool2d_with_indices(x16, 3, 2, 1, 1, True)),
+           lambda: ref.max_pool2d_with_indices(x16, 3, 2, 1, 1, True))
+    yield ("nhwc/avg_pool2d/lanes16",
+           _as_cpu(lambda: clpool.avg_pool2d(x16, 3, 2, 1, True, False)),
+           lambda: ref.avg_pool2d(x16, 3, 2, 1, True, False))
+    yield ("nhwc/max_pool2d_with_indices_backward/lanes16",
+           _as_cpu(lambda: clpool.max_pool2d_with_indices_backward(
+               g16, x16, 3, 2, 1, 1, True, stored_channels_last(idx16))),
+           lambda: ref.max_pool2d_with_indices_backward(g16, x16, idx16, 3, 2, 1, 1, True))
+    yield ("nhwc/avg_pool2d_backward/lanes16",
+           _as_cpu(lambda: clpool.avg_pool2d_backward(g16, x16, 3, 2, 1, True, False)),
+           lambda: ref.avg_pool2d_backward(g16, x16, 3, 2, 1, True, False))
     yield ("nhwc/adaptive_avg_pool2d/lanes4", lambda: clpool.adaptive_avg_pool2d(x4, (3, 2)),
            lambda: ref.adaptive_avg_pool2d(x4, (3, 2)))
     yield ("nhwc/adaptive_avg_pool2d/global",

@@ -25,6 +25,7 @@ import clpool
 from clpool import check, discovery, policy
 from clpool import reference as ref
 from clpool.cli import main
+from clpool.shapes import stored_channels_last
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 torch = pytest.importorskip("torch")
@@ -334,6 +335,29 @@ def test_pyopencl_arrays_strided_too(device):
     assert np.array_equal(bits(out), bits(want)) and np.array_equal(idx.get(), want_i.numpy())
     avg = clpool.avg_pool2d(view, 3, 2, 1)
     assert np.array_equal(bits(avg), bits(clpool.avg_pool2d(host[:, :, 1:, ::2], 3, 2, 1)))
+
+
+def test_channels_last_rows_of_16_channels():
+    """A CPU's channels-last kernels with rows of 16 channels a lane (plane.h): max pooling
+    bit for bit with its indices, the averages and gradients float32's rounded once."""
+    rng = np.random.default_rng(19)
+    x = stored_channels_last(data(rng, (2, 16, 7, 9), special=True))
+    calm = stored_channels_last(data(rng, x.shape))
+    with policy.use(gpu=False):
+        out, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1)
+        want, want_i = F.max_pool2d(tensor(x), 3, 2, 1, return_indices=True)
+        assert np.array_equal(bits(out), bits(want)) and np.array_equal(idx, want_i.numpy())
+        g = stored_channels_last(data(rng, out.shape))
+        got = clpool.max_pool2d_with_indices_backward(g, x, 3, 2, 1, indices=idx)
+        exact = ref.max_pool2d_with_indices_backward(g, x, idx, 3, 2, 1)
+        assert_rounded_once(got, exact, "max backward", allowed=0)
+        avg = clpool.avg_pool2d(calm, 3, 2, 1)
+        xf = tensor(calm).float().requires_grad_()
+        f32 = F.avg_pool2d(xf, 3, 2, 1)
+        assert_rounded_once(avg, f32.detach().numpy(), "avg")
+        f32.backward(tensor(g).float())
+        assert_rounded_once(clpool.avg_pool2d_backward(g, calm, 3, 2, 1), xf.grad.numpy())
+    assert out.strides == stored_channels_last(np.asarray(out)).strides
 
 
 def test_torch_tensors_through_the_core_ops():

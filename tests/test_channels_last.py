@@ -66,7 +66,8 @@ def _as(kind: str, t: torch.Tensor):
     return {"array": _nhwc_array, "numpy": lambda t: t.numpy(), "tensor": lambda t: t}[kind](t)
 
 
-@pytest.mark.parametrize("channels", [5, 8])  # 8: max pooling takes 4 channels per work-item
+# 8: 4 channels per work-item; 16 and 32: a CPU's rows of 16 channels a lane (plane.h)
+@pytest.mark.parametrize("channels", [5, 8, 16, 32])
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("kind", ["array", "numpy", "tensor"])
 @pytest.mark.parametrize("case", FORWARD)
@@ -166,7 +167,7 @@ def _backward_cases(t: torch.Tensor, rng: np.random.Generator):
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("channels", [5, 8])  # 8: 4 channels per work-item
+@pytest.mark.parametrize("channels", [5, 8, 16, 32])  # as the forward's
 @pytest.mark.parametrize("kind", ["array", "numpy", "tensor"])
 @pytest.mark.parametrize("formats", ["cl-cl", "cl-grad", "cl-input"])
 def test_backward_channels_last_matches_aten(kind, formats, channels):
@@ -307,6 +308,30 @@ def test_backward_kernels_launched_for_channels_last_arrays(launched, enqueued):
     assert [name for name, _ in launched] == want and enqueued == want
 
 
+@pytest.mark.parametrize("channels", [8, 32])
+def test_a_cpu_takes_rows_of_16_channels_where_they_divide_c(channels, monkeypatch):
+    """On a CPU the max and average ops' _strided kernels run one work-item per row of an
+    image (16 channels a lane, plane.h) where 16 divides C; else 4 channels of a pixel."""
+    sizes = []
+    run = launch.run
+    monkeypatch.setattr(launch, "run", lambda plan, *a: (
+        sizes.extend(s.global_size for s in plan.steps), run(plan, *a))[1])  # fmt: skip
+    t = _tensor(18, (2, channels, 7, 9), special=False)
+    g = torch.from_numpy(data(np.random.default_rng(4), (2, channels, 4, 5)))
+    g = _nhwc_array(g.contiguous(memory_format=CL))
+    x = _nhwc_array(t)
+    with policy.use(gpu=False):
+        _, idx = clpool.max_pool2d_with_indices(x, 3, 2, 1)
+        clpool.max_pool2d_with_indices_backward(g, x, 3, 2, 1, indices=idx)
+        clpool.avg_pool2d(x, 3, 2, 1)
+        clpool.avg_pool2d_backward(g, x, 3, 2, 1)
+    rows = [2 * 4, 2 * 7] * 2  # the outputs' rows, the inputs' rows
+    if channels % 16 == 0:
+        assert sizes == [(1, 1, r) for r in rows]
+    else:
+        assert [s[2] for s in sizes] == rows and all(s[0] >= channels // 4 for s in sizes)
+
+
 @pytest.mark.parametrize("channels", [3, 40])
 def test_global_average_on_a_gpu_runs_work_groups_of_channels_by_row_slices(channels, launched):
     """A GPU's global average of a channels-last (or any strided) input: the work-group
@@ -321,10 +346,11 @@ def test_global_average_on_a_gpu_runs_work_groups_of_channels_by_row_slices(chan
     assert [name for name, _ in launched] == ["adaptive_avg_pool2d_global_strided"] * 2
 
 
+@pytest.mark.parametrize("channels", [8, 16])
 @pytest.mark.parametrize("dtype", [np.float16, np.float64])
-def test_float16_and_float64_channels_last(dtype):
+def test_float16_and_float64_channels_last(dtype, channels):
     with policy.use(fp16_storage=True):
-        t = _tensor(14, (2, 8, 7, 9), dtype=dtype)
+        t = _tensor(14, (2, channels, 7, 9), dtype=dtype)
         for case in ("max-ceil", "avg-include-pad", "adaptive"):
             ours, theirs = FORWARD[case]
             for g, w in zip(results(ours(t.numpy())), results(theirs(t)), strict=True):
@@ -336,7 +362,7 @@ def test_float16_and_float64_channels_last(dtype):
                     assert_close(g, w, 1e-3 if dtype == np.float16 else 1e-12)
 
 
-@pytest.mark.parametrize("channels", [5, 8])
+@pytest.mark.parametrize("channels", [5, 8, 16])
 def test_int32_indices_channels_last_forward_and_backward(channels):
     t = _tensor(15, (2, channels, 7, 9))
     values, idx = clpool.max_pool2d_with_indices(t.numpy(), 3, 2, 1, 2, index_dtype="int32")
@@ -350,7 +376,7 @@ def test_int32_indices_channels_last_forward_and_backward(channels):
                                                       False, want_idx), exact=True)  # fmt: skip
 
 
-@pytest.mark.parametrize("channels", [3, 4])
+@pytest.mark.parametrize("channels", [3, 4, 16])
 def test_windows_of_minus_infinity_and_nan_channels_last(channels):
     """Windows whose every tap is -inf take the index of their first tap inside the plane;
     a NaN wins with its index (the last NaN), in each channel on its own."""

@@ -31,6 +31,7 @@ LAYOUTS = [
     "contiguous",
     "channels_last",
     "channels_last_c3",
+    "channels_last_c16",
     "strided",
     "strided_channels_last",
     "transposed",
@@ -42,12 +43,13 @@ def _tiny(dtype: torch.dtype) -> float:
 
 
 def _input(dims: int, layout: str, dtype: torch.dtype) -> torch.Tensor:
-    """[2, 4, 6...] ([2, 3, 6...]: _c3) with the smallest negative subnormal at every fourth
-    element of a row, zeros elsewhere; strided: every other column of a row twice as
-    long; transposed: the last two axes swapped (the strided kernels' general path)."""
+    """[2, 4, 6...] ([2, 3, 6...]: _c3; [2, 16, 6...]: _c16, a CPU's rows of 16 channels
+    a lane) with the smallest negative subnormal at every fourth element of a row, zeros
+    elsewhere; strided: every other column of a row twice as long; transposed: the last
+    two axes swapped (the strided kernels' general path)."""
     spatial = (6,) * dims
     wide = "strided" in layout
-    channels = 3 if layout.endswith("_c3") else 4
+    channels = {"_c3": 3, "c16": 16}.get(layout[-3:], 4)
     x = torch.zeros((2, channels, *spatial[:-1], spatial[-1] * (2 if wide else 1)), dtype=dtype)
     x[..., :: 8 if wide else 4] = _tiny(dtype)
     if "channels_last" in layout:
