@@ -42,6 +42,7 @@ TILED |= {"adaptive_avg_pool2d_backward", "adaptive_max_pool_backward"}
 # (channels_inner == 16: kernels_cl/plane.h)
 CPU_ROWS = {"max_pool2d_forward_strided", "max_pool2d_backward_strided"}
 CPU_ROWS |= {"avg_pool2d_forward_strided", "avg_pool2d_backward_strided"}
+CPU_ROWS |= {"adaptive_avg_pool2d_forward_strided", "adaptive_avg_pool2d_backward_strided"}
 # the SOURCES that hold them
 TILED_FAMILIES = ("max", "avg", "pool3d", "adaptive", "adaptive_max")
 # Work-items along a row of a work-group: 64 keeps a row's loads in one or two cache lines
@@ -431,15 +432,18 @@ class Planner:
         scalars.update(zip((f"{out.slot}_sn", f"{out.slot}_sc", f"{out.slot}_sh",
                             f"{out.slot}_sw"), strides, strict=True))  # fmt: skip
         channel_strides = {self.strides[i][-3] for i in views.values()} | {strides[1]}
-        if inner and not self.gpu and name in CPU_ROWS and self._lanes16() and c % 16 == 0:
-            lanes = 16
-        per_item = lanes if channel_strides == {1} and c % lanes == 0 else 1
-        geometry = (c // per_item, w, n * h) if inner else (w, h, n * c)
-        if per_item == 16:
-            geometry = (1, 1, n * h)
-        elif inner and per_item == 4 and tile != (1, 1):
-            geometry = (c // 4, -(-w // tile[1]), n * -(-h // tile[0]))
-            self.options += (f"-DCLPOOL_CL_ROWS={tile[0]}", f"-DCLPOOL_CL_PIX={tile[1]}")
+        # a CPU's rows of 16 channels a lane read and store channels as vectors: any output
+        # whose channels are contiguous (a 1 x 1 plane's too, C-contiguous as well)
+        rows16 = channel_strides == {1} and len(out.shape) == 4 and c % 16 == 0
+        if rows16 and not self.gpu and name in CPU_ROWS and self._lanes16():
+            # rows of an image, their channels in runs of up to 256 (clpool.h)
+            inner, per_item, geometry = True, 16, (-(-c // 256), 1, n * h)
+        else:
+            per_item = lanes if channel_strides == {1} and c % lanes == 0 else 1
+            geometry = (c // per_item, w, n * h) if inner else (w, h, n * c)
+            if inner and per_item == 4 and tile != (1, 1):
+                geometry = (c // 4, -(-w // tile[1]), n * -(-h // tile[0]))
+                self.options += (f"-DCLPOOL_CL_ROWS={tile[0]}", f"-DCLPOOL_CL_PIX={tile[1]}")
         sizes, local = ndrange(self.rt.device, *geometry)
         channels_inner = per_item if inner else 0
         if group is not None:  # items of per_item channels, whatever the output's layout

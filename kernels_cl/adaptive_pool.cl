@@ -31,6 +31,24 @@ inline void add_compensated4(acc4_t *total, acc4_t *c, acc4_t v)
     *total = t;
 }
 
+/* The statements given, for each block of the cell of rows [h0, h1) and columns [w0, w1)
+ * in order: rows [b, b1) of up to 16, columns [a, a1) of up to 64. A cell's sum is the
+ * blocks' plain sums, added with Kahan's compensation. */
+#define FOR_CELL_BLOCKS(...)                                                          \
+    for (int b = h0, b1; b < h1; b = b1) {                                            \
+        b1 = h1 - b > 16 ? b + 16 : h1;                                               \
+        for (int a = w0, a1; a < w1; a = a1) {                                        \
+            a1 = w1 - a > 64 ? a + 64 : w1;                                           \
+            __VA_ARGS__                                                               \
+        }                                                                             \
+    }
+/* The statements given for each pixel (h, w) of the block, in row-major order */
+#define FOR_BLOCK_PIXELS(...)                                                         \
+    for (int h = b; h < b1; ++h)                                                      \
+        for (int w = a; w < a1; ++w) {                                                \
+            __VA_ARGS__                                                               \
+        }
+
 inline acc_t sum4(acc4_t s) { return (s.x + s.y) + (s.z + s.w); }
 
 #ifndef CLPOOL_NO_LANES16
@@ -328,12 +346,71 @@ __kernel void adaptive_avg_pool2d_plane(__global const elem_t *restrict x,
  * summed in window_sum's blocks of up to 16 rows by 64 columns, each folded into a
  * compensated total (so that an infinity in a small cell gives what it does there, not
  * the NaN of a second fold). */
+#ifndef CLPOOL_NO_LANES16
+/* add_compensated in sixteen lanes (a CPU's channels-last rows). */
+inline void add_compensated16(acc16_t *total, acc16_t *c, acc16_t v)
+{
+    acc16_t y = v - *c, t = *total + y;
+    *c = (t - *total) - y;
+    *total = t;
+}
+
+/* A CPU's channels-last forward (channels_inner == 16: plane.h): the cells of output row
+ * oh of image xp, 16 of channels ch at a time, summed as the 4-channel items sum them. */
+inline void adaptive_row16(__global const elem_t *xp, __global elem_t *out, long at,
+                           long out_sw, int2 ch, int H, int W, int OH, int OW, int oh,
+                           long x_sh, long x_sw)
+{
+    int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
+    for (int ow = 0; ow < OW; ++ow, at += out_sw) {
+        int w0 = cell_start(ow, W, OW), w1 = cell_end(ow, W, OW);
+        for (int c = ch.x; c < ch.y; c += 16) {
+            acc16_t total = 0, comp = 0;
+            FOR_CELL_BLOCKS(acc16_t s = 0;
+                            FOR_BLOCK_PIXELS(s += LOAD16(xp, (long)h * x_sh + (long)w * x_sw + c);)
+                            add_compensated16(&total, &comp, s);)
+            STORE16(out, at + c, total / (acc_t)(h1 - h0) / (acc_t)(w1 - w0));
+        }
+    }
+}
+
+/* A CPU's channels-last backward (channels_inner == 16): the gradient of each element of
+ * input row h of image gp, 16 channels at a time, the shares of its cells in output order
+ * added to +0 (a -0 share leaves +0 on a CPU: no plus_zero). */
+#define NO_PLUS_ZERO(v) (v)
+inline void adaptive_share_row16(__global const elem_t *gp, __global elem_t *grad_x, long at,
+                                 long out_sw, int2 ch, int H, int W, int OH, int OW, int h,
+                                 long g_sh, long g_sw)
+{
+    int oh0, oh1;
+    cells_at(h, H, OH, &oh0, &oh1);
+    for (int w = 0; w < W; ++w, at += out_sw) {
+        int ow0 = cell_start(w, OW, W), ow1 = cell_end(w, OW, W);
+        for (int c = ch.x; c < ch.y; c += 16) {
+            acc16_t g = 0;
+#define GRAD(oh, ow) LOAD16(gp, (long)(oh) * g_sh + (long)(ow) * g_sw + c)
+            SUM_SHARES(g, GRAD, NO_PLUS_ZERO)
+#undef GRAD
+            STORE16(grad_x, at + c, g);
+        }
+    }
+}
+#endif
+
 __kernel void adaptive_avg_pool2d_forward_strided(__global const elem_t *restrict x,
                                                   __global elem_t *restrict out,
                                                   STRIDED_FORWARD_SIZES, int H, int W, int OH,
                                                   int OW)
 {
     item_t o;
+#ifndef CLPOOL_NO_LANES16
+    if (channels_inner == 16) { /* a CPU: output row o.h of image o.n */
+        o.n = split_row(get_global_id(2), OH, &o.h);
+        adaptive_row16(x + AT(x, o.n, 0, 0, 0), out, AT_OUT(out, o.n, 0, o.h, 0), out_sw, row16_channels(C), H,
+                       W, OH, OW, o.h, x_sh, x_sw);
+        return;
+    }
+#endif
     if (!strided_item(&o, C, OH, OW, channels_inner))
         return;
     __global const elem_t *xp = x + AT(x, o.n, o.c, 0, 0);
@@ -341,19 +418,10 @@ __kernel void adaptive_avg_pool2d_forward_strided(__global const elem_t *restric
     int w0 = cell_start(o.w, W, OW), w1 = cell_end(o.w, W, OW);
     int lanes = channels_inner == 4 ? 4 : 1, aligned = lanes == 4 && ALIGNED4(x, out);
     acc4_t total = 0, comp = 0;
-    for (int b = h0, b1; b < h1; b = b1) {
-        b1 = h1 - b > 16 ? b + 16 : h1;
-        for (int a = w0, a1; a < w1; a = a1) {
-            a1 = w1 - a > 64 ? a + 64 : w1;
-            acc4_t s = 0;
-            for (int h = b; h < b1; ++h) {
-                long row = (long)h * x_sh;
-                for (int w = a; w < a1; ++w)
-                    s += load_lanes(xp, row + (long)w * x_sw, lanes, aligned);
-            }
-            add_compensated4(&total, &comp, s);
-        }
-    }
+#define CELL_TAP(h, w) load_lanes(xp, (long)(h) * x_sh + (long)(w) * x_sw, lanes, aligned)
+    FOR_CELL_BLOCKS(acc4_t s = 0; FOR_BLOCK_PIXELS(s += CELL_TAP(h, w);)
+                    add_compensated4(&total, &comp, s);)
+#undef CELL_TAP
     acc4_t mean = total / (acc_t)(h1 - h0) / (acc_t)(w1 - w0);
     store_lanes(out, AT_OUT(out, o.n, o.c, o.h, o.w), mean, lanes, aligned);
 }
@@ -368,6 +436,15 @@ __kernel void adaptive_avg_pool2d_backward_strided(__global const elem_t *restri
                                                    int OH, int OW)
 {
     item_t e;
+#ifndef CLPOOL_NO_LANES16
+    if (channels_inner == 16) { /* a CPU: input row e.h of image e.n */
+        e.n = split_row(get_global_id(2), H, &e.h);
+        adaptive_share_row16(grad_out + AT(grad_out, e.n, 0, 0, 0), grad_x,
+                             AT_OUT(grad_x, e.n, 0, e.h, 0), grad_x_sw, row16_channels(C), H, W, OH, OW, e.h,
+                             grad_out_sh, grad_out_sw);
+        return;
+    }
+#endif
     int four = channels_inner == 4;
     if (!(four ? nhwc_item(&e, C, H, W) : strided_item(&e, C, H, W, channels_inner)))
         return;

@@ -679,6 +679,15 @@ inline long split_row(size_t z, int m, int *r)
     return q;
 }
 
+/* The channels [x, y) of a CPU's channels-last row (the _strided kernels' channels_inner
+ * == 16: plane.h) that its work-item takes: dimension 0 splits C, a multiple of 16, into
+ * get_global_size(0) runs of whole 16s (a run of 256 channels or fewer from the host). */
+inline int2 row16_channels(int C)
+{
+    int runs = get_global_size(0), r = get_global_id(0), sixteens = C / 16;
+    return (int2)((long)sixteens * r / runs, (long)sixteens * (r + 1) / runs) * 16;
+}
+
 inline int strided_item(item_t *it, int C, int H, int W, int channels_inner)
 {
     int r;

@@ -338,7 +338,7 @@ __kernel void max_pool2d_forward_strided(__global const elem_t *restrict x,
     if (channels_inner == 16) { /* a CPU: output row o.h of image o.n (plane.h) */
         o.n = split_row(get_global_id(2), OH, &o.h);
         max_row16(x + AT(x, o.n, 0, 0, 0), out, indices, AT_OUT(out, o.n, 0, o.h, 0), out_sw,
-                  C, H, W, OW, o.h * sh - ph, kh, kw, sw, pw, dh, dw, x_sh, x_sw);
+                  row16_channels(C), H, W, OW, o.h * sh - ph, kh, kw, sw, pw, dh, dw, x_sh, x_sw);
         return;
     }
 #endif
@@ -437,7 +437,7 @@ __kernel void max_pool2d_backward_strided(__global const elem_t *restrict grad_o
         e.n = split_row(get_global_id(2), H, &e.h);
         max_gather_row16(grad_out + AT(grad_out, e.n, 0, 0, 0),
                          indices + AT(indices, e.n, 0, 0, 0), grad_x,
-                         AT_OUT(grad_x, e.n, 0, e.h, 0), grad_x_sw, C, H, W, OH, OW, e.h, sh,
+                         AT_OUT(grad_x, e.n, 0, e.h, 0), grad_x_sw, row16_channels(C), H, W, OH, OW, e.h, sh,
                          sw, ph, pw, span_h, span_w, grad_out_sh, grad_out_sw, indices_sh,
                          indices_sw);
         return;

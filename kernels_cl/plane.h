@@ -268,7 +268,7 @@ inline void add_max_grad16(__global elem_t *xp, __global const index_t *ip,
  * its taps inside the plane in row-major window order (FOLD_MAX16), the first tap's index
  * where every tap is -inf, -1 where no tap is inside. */
 inline void max_row16(__global const elem_t *xp, __global elem_t *out,
-                      __global index_t *indices, long at, long out_sw, int C, int H, int W,
+                      __global index_t *indices, long at, long out_sw, int2 ch, int H, int W,
                       int OW, int hs, int kh, int kw, int sw, int pw, int dh, int dw,
                       long x_sh, long x_sw)
 {
@@ -278,7 +278,7 @@ inline void max_row16(__global const elem_t *xp, __global elem_t *out,
         int2 tj = taps_within(ws, kw, dw, W);
         pos_t first = ti.x < ti.y && tj.x < tj.y ? (pos_t)(hs + ti.x * dh) * W + ws + tj.x * dw
                                                  : -1;
-        for (int c = 0; c < C; c += 16) {
+        for (int c = ch.x; c < ch.y; c += 16) {
             acc16_t best = -INFINITY;
             pos16_t best_i = -1;
             for (int i = ti.x; i < ti.y; ++i) {
@@ -300,7 +300,7 @@ inline void max_row16(__global const elem_t *xp, __global elem_t *out,
 /* The gradient of each element of input row h: the gradients of the windows reaching it
  * whose index names it (inside the window's span), added in output order. */
 inline void max_gather_row16(__global const elem_t *gp, __global const index_t *ip,
-                             __global elem_t *grad_x, long at, long out_sw, int C, int H,
+                             __global elem_t *grad_x, long at, long out_sw, int2 ch, int H,
                              int W, int OH, int OW, int h, int sh, int sw, int ph, int pw,
                              int span_h, int span_w, long g_sh, long g_sw, long i_sh,
                              long i_sw)
@@ -309,7 +309,7 @@ inline void max_gather_row16(__global const elem_t *gp, __global const index_t *
     for (int w = 0; w < W; ++w, at += out_sw) {
         window_range wc = windows_reaching(w, 1, W, sw, pw, span_w, OW);
         pos_t self = (pos_t)h * W + w;
-        for (int c = 0; c < C; c += 16) {
+        for (int c = ch.x; c < ch.y; c += 16) {
             acc16_t g = 0;
             for (int oh = wr.first; oh < wr.end; ++oh)
                 for (int ow = wc.first; ow < wc.end; ++ow) {
@@ -328,7 +328,7 @@ inline void max_gather_row16(__global const elem_t *gp, __global const index_t *
  * elements inside the plane summed in row-major order, divided (a zero keeps its sign, as
  * PyTorch's channels-last kernel). */
 inline void avg_row16(__global const elem_t *xp, __global elem_t *out, long at, long out_sw,
-                      int C, int H, int W, int OW, int hs, int kh, int kw, int sw, int ph,
+                      int2 ch, int H, int W, int OW, int hs, int kh, int kw, int sw, int ph,
                       int pw, int count_include_pad, int divisor_override, long x_sh,
                       long x_sw)
 {
@@ -336,7 +336,7 @@ inline void avg_row16(__global const elem_t *xp, __global elem_t *out, long at, 
         int ws = ow * sw - pw;
         acc_t div = avg_divisor(hs, ws, kh, kw, H, W, ph, pw, count_include_pad,
                                 divisor_override);
-        for (int c = 0; c < C; c += 16) {
+        for (int c = ch.x; c < ch.y; c += 16) {
             acc16_t sum = 0;
             for (int h = max(hs, 0); h < min(hs + kh, H); ++h)
                 for (int w = max(ws, 0); w < min(ws + kw, W); ++w)
@@ -350,14 +350,14 @@ inline void avg_row16(__global const elem_t *xp, __global elem_t *out, long at, 
  * (its gradient over its divisor), added in output order to +0 (on a CPU, a -0 share
  * leaves +0: no plus_zero, as the per-plane backwards). */
 inline void avg_share_row16(__global const elem_t *gp, __global elem_t *grad_x, long at,
-                            long out_sw, int C, int H, int W, int OH, int OW, int h, int kh,
+                            long out_sw, int2 ch, int H, int W, int OH, int OW, int h, int kh,
                             int kw, int sh, int sw, int ph, int pw, int count_include_pad,
                             int divisor_override, long g_sh, long g_sw)
 {
     window_range wr = windows_reaching(h, 1, H, sh, ph, kh, OH);
     for (int w = 0; w < W; ++w, at += out_sw) {
         window_range wc = windows_reaching(w, 1, W, sw, pw, kw, OW);
-        for (int c = 0; c < C; c += 16) {
+        for (int c = ch.x; c < ch.y; c += 16) {
             acc16_t g = 0;
             for (int oh = wr.first; oh < wr.end; ++oh)
                 for (int ow = wc.first; ow < wc.end; ++ow) {

@@ -327,6 +327,14 @@ def nhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("nhwc/avg_pool2d_backward/lanes16",
            _as_cpu(lambda: clpool.avg_pool2d_backward(g16, x16, 3, 2, 1, True, False)),
            lambda: ref.avg_pool2d_backward(g16, x16, 3, 2, 1, True, False))
+    for size, label in (((3, 2), "3x2"), (1, "global")):
+        yield (f"nhwc/adaptive_avg_pool2d/lanes16/{label}",
+               _as_cpu(lambda s=size: clpool.adaptive_avg_pool2d(x16, s)),
+               lambda s=size: ref.adaptive_avg_pool2d(x16, s))
+    gc16 = stored_channels_last(_data((2, 16, 3, 2), dtype, 710))
+    yield ("nhwc/adaptive_avg_pool2d_backward/lanes16",
+           _as_cpu(lambda: clpool.adaptive_avg_pool2d_backward(gc16, x16)),
+           lambda: ref.adaptive_avg_pool2d_backward(gc16, x16))
     yield ("nhwc/adaptive_avg_pool2d/lanes4", lambda: clpool.adaptive_avg_pool2d(x4, (3, 2)),
            lambda: ref.adaptive_avg_pool2d(x4, (3, 2)))
     yield ("nhwc/adaptive_avg_pool2d/global",

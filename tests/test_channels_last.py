@@ -66,8 +66,9 @@ def _as(kind: str, t: torch.Tensor):
     return {"array": _nhwc_array, "numpy": lambda t: t.numpy(), "tensor": lambda t: t}[kind](t)
 
 
-# 8: 4 channels per work-item; 16 and 32: a CPU's rows of 16 channels a lane (plane.h)
-@pytest.mark.parametrize("channels", [5, 8, 16, 32])
+# 8: 4 channels per work-item; 16, 32 and 272: a CPU's rows of 16 channels a lane
+# (plane.h; 272: two runs of channels, of 8 and 9 sixteens)
+@pytest.mark.parametrize("channels", [5, 8, 16, 32, 272])
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("kind", ["array", "numpy", "tensor"])
 @pytest.mark.parametrize("case", FORWARD)
@@ -167,7 +168,7 @@ def _backward_cases(t: torch.Tensor, rng: np.random.Generator):
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("channels", [5, 8, 16, 32])  # as the forward's
+@pytest.mark.parametrize("channels", [5, 8, 16, 32, 272])  # as the forward's
 @pytest.mark.parametrize("kind", ["array", "numpy", "tensor"])
 @pytest.mark.parametrize("formats", ["cl-cl", "cl-grad", "cl-input"])
 def test_backward_channels_last_matches_aten(kind, formats, channels):
@@ -308,10 +309,11 @@ def test_backward_kernels_launched_for_channels_last_arrays(launched, enqueued):
     assert [name for name, _ in launched] == want and enqueued == want
 
 
-@pytest.mark.parametrize("channels", [8, 32])
+@pytest.mark.parametrize("channels", [8, 32, 272])
 def test_a_cpu_takes_rows_of_16_channels_where_they_divide_c(channels, monkeypatch):
-    """On a CPU the max and average ops' _strided kernels run one work-item per row of an
-    image (16 channels a lane, plane.h) where 16 divides C; else 4 channels of a pixel."""
+    """On a CPU the max, average and adaptive average ops' _strided kernels run one
+    work-item per row of an image (16 channels a lane, plane.h, in runs of up to 256) where
+    16 divides C; else 4 channels of a pixel."""
     sizes = []
     run = launch.run
     monkeypatch.setattr(launch, "run", lambda plan, *a: (
@@ -325,11 +327,15 @@ def test_a_cpu_takes_rows_of_16_channels_where_they_divide_c(channels, monkeypat
         clpool.max_pool2d_with_indices_backward(g, x, 3, 2, 1, indices=idx)
         clpool.avg_pool2d(x, 3, 2, 1)
         clpool.avg_pool2d_backward(g, x, 3, 2, 1)
-    rows = [2 * 4, 2 * 7] * 2  # the outputs' rows, the inputs' rows
+        clpool.adaptive_avg_pool2d(x, (4, 5))
+        clpool.adaptive_avg_pool2d_backward(g, x)
+        clpool.adaptive_avg_pool2d(x, 1)  # a 1 x 1 output: C-contiguous too
+    rows = [2 * 4, 2 * 7] * 3  # the outputs' rows, the inputs' rows
     if channels % 16 == 0:
-        assert sizes == [(1, 1, r) for r in rows]
+        assert sizes == [(-(-channels // 256), 1, r) for r in [*rows, 2]]
     else:
-        assert [s[2] for s in sizes] == rows and all(s[0] >= channels // 4 for s in sizes)
+        assert [s[2] for s in sizes[:-1]] == rows
+        assert all(s[0] >= channels // 4 for s in sizes[:-1])
 
 
 @pytest.mark.parametrize("channels", [3, 40])
