@@ -512,21 +512,27 @@ WIDE_ROWS = [((2, 3, 5, 37), 3, 1, 1, 1, False), ((1, 2, 6, 40), 2, 2, 0, 1, Fal
              ((1, 2, 7, 50), 3, 2, 1, 2, True), ((1, 1, 4, 17), (2, 3), 1, 1, 1, False),
              ((1, 2, 3, 16), 3, 1, 1, 1, False),
              ((1, 2, 12, 40), (5, 3), 1, (2, 1), (3, 1), False)]  # fmt: skip
+# Windows apart (strides at least their spans): tiling, with gaps between windows and rows
+# (and rows no window reaches), padded, dilated, ceil mode's last window hanging over.
+APART = [((2, 3, 14, 14), 2, 2, 0, 1, False), ((1, 2, 11, 13), 2, 3, 0, 1, False),
+         ((1, 2, 9, 10), (2, 3), (2, 3), 1, 1, True), ((1, 1, 10, 11), 2, 3, 1, 2, False),
+         ((1, 2, 7, 9), 3, (3, 4), 1, 1, True)]  # fmt: skip
 
 
 @pytest.mark.parametrize("index", [np.int64, np.int32])
-@pytest.mark.parametrize("case", range(len(WIDE_ROWS)))
+@pytest.mark.parametrize("case", range(len(WIDE_ROWS + APART)))
 def test_the_cpus_max_backward_of_wide_rows_equals_the_gather(launched, case, index):
     """max_pool2d_backward_plane, 16 windows at a time (the last 16 of a row overlapping
-    those before): the gather's bits, with ties and NaN, and with indices outside their
-    windows (next to their rows too), repeated, and outside the plane (int64: one whose low
-    32 bits name an element of it)."""
+    those before), or windows apart: the gather's bits, with ties and NaN, gradients of
+    -0, and with indices outside their windows (next to their rows too), repeated, and
+    outside the plane (int64: one whose low 32 bits name an element of it)."""
     rng = np.random.default_rng(3500 + case)
-    shape, *window = WIDE_ROWS[case]
+    shape, *window = (WIDE_ROWS + APART)[case]
     x = data(rng, shape, special=True)
     x[..., 1:3, 2:9] = 0.5  # ties
     _, idx = clpool.max_pool2d_with_indices(x, *window, index_dtype=index)
     g = data(rng, idx.shape)
+    g[rng.random(g.shape) < 0.2] = -0.0
     bad = scrambled(idx, shape[-2] * shape[-1], rng), wrapped(idx, shape[-2:], *window[:4], rng)
     for i in (idx, *bad):
         with policy.use(gpu=True, per_plane=False):
