@@ -417,7 +417,9 @@ class Planner:
         many (its channels_inner), they are contiguous in every view and divide C, and then
         a `tile` of outputs (rows, pixels along W: the kernel's CLPOOL_CL_ROWS and
         CLPOOL_CL_PIX); or, with `group` (items, slices), work-groups of that many items of
-        channels of one image by that many slices."""
+        channels of one image by that many slices. On a CPU a kernel of CPU_ROWS takes a
+        row of an image per work-item, 16 channels a lane, where 16 divides C and every
+        view's channels are contiguous (whatever `lanes` and `tile` say)."""
         out = self.outputs[0]
         n, c, h, w = (1,) * (4 - len(out.shape)) + out.shape
         strides = (0,) * (4 - len(out.shape)) + tuple(s // out.dtype.itemsize for s in out.strides)

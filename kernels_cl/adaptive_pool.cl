@@ -341,11 +341,6 @@ __kernel void adaptive_avg_pool2d_plane(__global const elem_t *restrict x,
     STORE(out, plane, total / (acc_t)HW);
 }
 
-/* adaptive_avg_pool2d_forward for an input of any strides, the result written through
- * out's strides: one output per work-item (4 channels with channels_inner == 4), its cell
- * summed in window_sum's blocks of up to 16 rows by 64 columns, each folded into a
- * compensated total (so that an infinity in a small cell gives what it does there, not
- * the NaN of a second fold). */
 #ifndef CLPOOL_NO_LANES16
 /* add_compensated in sixteen lanes (a CPU's channels-last rows). */
 inline void add_compensated16(acc16_t *total, acc16_t *c, acc16_t v)
@@ -397,6 +392,11 @@ inline void adaptive_share_row16(__global const elem_t *gp, __global elem_t *gra
 }
 #endif
 
+/* adaptive_avg_pool2d_forward for an input of any strides, the result written through
+ * out's strides: one output per work-item (4 channels with channels_inner == 4; a row of
+ * them, 16 channels a lane, with 16: adaptive_row16), its cell summed in window_sum's
+ * blocks of up to 16 rows by 64 columns, each folded into a compensated total (so that an
+ * infinity in a small cell gives what it does there, not the NaN of a second fold). */
 __kernel void adaptive_avg_pool2d_forward_strided(__global const elem_t *restrict x,
                                                   __global elem_t *restrict out,
                                                   STRIDED_FORWARD_SIZES, int H, int W, int OH,
@@ -406,8 +406,8 @@ __kernel void adaptive_avg_pool2d_forward_strided(__global const elem_t *restric
 #ifndef CLPOOL_NO_LANES16
     if (channels_inner == 16) { /* a CPU: output row o.h of image o.n */
         o.n = split_row(get_global_id(2), OH, &o.h);
-        adaptive_row16(x + AT(x, o.n, 0, 0, 0), out, AT_OUT(out, o.n, 0, o.h, 0), out_sw, row16_channels(C), H,
-                       W, OH, OW, o.h, x_sh, x_sw);
+        adaptive_row16(x + AT(x, o.n, 0, 0, 0), out, AT_OUT(out, o.n, 0, o.h, 0), out_sw,
+                       row16_channels(C), H, W, OH, OW, o.h, x_sh, x_sw);
         return;
     }
 #endif
@@ -440,8 +440,8 @@ __kernel void adaptive_avg_pool2d_backward_strided(__global const elem_t *restri
     if (channels_inner == 16) { /* a CPU: input row e.h of image e.n */
         e.n = split_row(get_global_id(2), H, &e.h);
         adaptive_share_row16(grad_out + AT(grad_out, e.n, 0, 0, 0), grad_x,
-                             AT_OUT(grad_x, e.n, 0, e.h, 0), grad_x_sw, row16_channels(C), H, W, OH, OW, e.h,
-                             grad_out_sh, grad_out_sw);
+                             AT_OUT(grad_x, e.n, 0, e.h, 0), grad_x_sw, row16_channels(C),
+                             H, W, OH, OW, e.h, grad_out_sh, grad_out_sw);
         return;
     }
 #endif

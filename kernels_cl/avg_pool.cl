@@ -236,9 +236,9 @@ __kernel void avg_pool2d_forward_strided(__global const elem_t *restrict x,
 #ifndef CLPOOL_NO_LANES16
     if (channels_inner == 16) { /* a CPU: output row o.h of image o.n (plane.h) */
         o.n = split_row(get_global_id(2), OH, &o.h);
-        avg_row16(x + AT(x, o.n, 0, 0, 0), out, AT_OUT(out, o.n, 0, o.h, 0), out_sw, row16_channels(C), H, W,
-                  OW, o.h * sh - ph, kh, kw, sw, ph, pw, count_include_pad, divisor_override,
-                  x_sh, x_sw);
+        avg_row16(x + AT(x, o.n, 0, 0, 0), out, AT_OUT(out, o.n, 0, o.h, 0), out_sw,
+                  row16_channels(C), H, W, OW, o.h * sh - ph, kh, kw, sw, ph, pw,
+                  count_include_pad, divisor_override, x_sh, x_sw);
         return;
     }
 #endif
@@ -314,9 +314,9 @@ __kernel void avg_pool2d_backward_strided(__global const elem_t *restrict grad_o
     if (channels_inner == 16) { /* a CPU: input row e.h of image e.n (plane.h) */
         e.n = split_row(get_global_id(2), H, &e.h);
         avg_share_row16(grad_out + AT(grad_out, e.n, 0, 0, 0), grad_x,
-                        AT_OUT(grad_x, e.n, 0, e.h, 0), grad_x_sw, row16_channels(C), H, W, OH, OW, e.h, kh, kw,
-                        sh, sw, ph, pw, count_include_pad, divisor_override, grad_out_sh,
-                        grad_out_sw);
+                        AT_OUT(grad_x, e.n, 0, e.h, 0), grad_x_sw, row16_channels(C), H, W,
+                        OH, OW, e.h, kh, kw, sh, sw, ph, pw, count_include_pad,
+                        divisor_override, grad_out_sh, grad_out_sw);
         return;
     }
 #endif

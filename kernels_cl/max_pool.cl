@@ -437,9 +437,9 @@ __kernel void max_pool2d_backward_strided(__global const elem_t *restrict grad_o
         e.n = split_row(get_global_id(2), H, &e.h);
         max_gather_row16(grad_out + AT(grad_out, e.n, 0, 0, 0),
                          indices + AT(indices, e.n, 0, 0, 0), grad_x,
-                         AT_OUT(grad_x, e.n, 0, e.h, 0), grad_x_sw, row16_channels(C), H, W, OH, OW, e.h, sh,
-                         sw, ph, pw, span_h, span_w, grad_out_sh, grad_out_sw, indices_sh,
-                         indices_sw);
+                         AT_OUT(grad_x, e.n, 0, e.h, 0), grad_x_sw, row16_channels(C), H, W,
+                         OH, OW, e.h, sh, sw, ph, pw, span_h, span_w, grad_out_sh,
+                         grad_out_sw, indices_sh, indices_sw);
         return;
     }
 #endif
