@@ -70,14 +70,16 @@ def _step(p: Planner, name: str, cols: int, rows: int, slices: int, planes: int,
 
 
 def _max_pool_cells(
-    p: Planner, volume: tuple[int, int, int], cells: tuple[int, int, int], backward: bool
+    p: Planner, volume: tuple[int, int, int], cells: tuple[int, int, int], everywhere: bool
 ) -> shapes.Window | None:
     """The window of max_pool2d that equal cells tiling an (H, W) plane (D and OD of 1) are,
     else None: its kernels give the same maxima, indices (first of ties, last NaN) and
-    gradients (the sums over the one window of each element). A forward takes them on a
-    GPU only (on this project's Intel CPU, [8,256,14,14] to 7x7: 0.85 against 0.75 ms for
-    the adaptive kernel), a backward everywhere (0.33 -> 0.12 ms there)."""
-    if not (p.gpu or backward) or volume[0] != 1 or cells[0] != 1:
+    gradients (the sums over the one window of each element). A contiguous forward takes
+    them on a GPU only (on this project's Intel CPU, [8,256,14,14] to 7x7: 0.85 against
+    0.75 ms for the adaptive kernel); a backward, or a strided input's forward (max_pool2d's
+    _strided kernel, with a CPU's rows of 16 channels), everywhere (`everywhere`; the
+    backward 0.33 -> 0.12 ms there)."""
+    if not (p.gpu or everywhere) or volume[0] != 1 or cells[0] != 1:
         return None
     return ops._equal_cells(volume[1], volume[2], cells[1], cells[2])
 
@@ -99,7 +101,8 @@ def _plan_forward(
     (d, h, w), (od, oh, ow) = _volume(tuple(spatial)), _volume(out)
     p.index_bits = ops._index_bits(index_dtype)
     ops._check_index_range(p.index_bits, d * h * w)
-    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow), backward=False)
+    strided = p.strided and rank == 2  # read as it is, by a _strided kernel
+    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow), everywhere=strided)
     if cells is not None:
         p.family = "max"
         tuned_as = "max_pool2d_forward" if with_indices else "max_pool2d_values"
@@ -108,13 +111,20 @@ def _plan_forward(
         p.specialize("adaptive_max_pool_forward", _extents((d, h, w), (od, oh, ow)))
         p.cell_bounds(d, h, w, od, oh, ow)
     out_shape = tuple(x.shape[:-rank]) + out
-    p.output("out", out_shape)
+    like = 0 if strided else None  # the input's memory format, as ATen's
+    p.output("out", out_shape, like=like)
     if with_indices:
-        p.output("indices", out_shape, np.dtype(f"int{p.index_bits}"))
+        p.output("indices", out_shape, np.dtype(f"int{p.index_bits}"), like=like)
     else:
         p.options += ("-DCLPOOL_NO_INDICES",)
     slots = None if with_indices else {"indices": "out"}  # a placeholder, untouched
-    if n * c * od * oh * ow and cells is not None:
+    if n * c * od * oh * ow and strided and cells is not None:
+        p.step_strided("max_pool2d_forward_strided", {"x": 0}, slots, lanes=4,
+                       tile=ops._nhwc_tile(p, cells), **ops._max_sizes(cells, h, w))  # fmt: skip
+    elif n * c * od * oh * ow and strided:
+        p.step_strided("adaptive_max_pool2d_forward_strided", {"x": 0}, slots,
+                       H=h, W=w, OH=oh, OW=ow)  # fmt: skip
+    elif n * c * od * oh * ow and cells is not None:
         p.step_by_plane("max_pool2d_forward", (ow, oh, n * c), slots, **ops._max_sizes(cells, h, w))
     elif n * c * od * oh * ow:
         _step(p, "adaptive_max_pool_forward", ow, oh, od, n * c, slots=slots,
@@ -200,13 +210,19 @@ def _plan_backward(
     p.index_bits = ops.INDEX_BITS[indices.dtype]
     (d, h, w), (od, oh, ow) = _volume(tuple(spatial)), _volume(tuple(grad.shape[-rank:]))
     ops._check_index_range(p.index_bits, d * h * w)
-    p.output("grad_x", x.shape)
-    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow), backward=True)
+    strided = p.strided and rank == 2  # read as they are, by a _strided kernel
+    p.output("grad_x", x.shape, like=1 if strided else None)
+    views = {"grad_out": 0, "indices": 2}
+    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow), everywhere=True)
     if cells is not None:
         p.family = "max"
         p.specialize("max_pool2d_backward", (h * w, oh * ow), cells, planes=n * c,
                      constants=ops._fixed_cells(p, cells))  # fmt: skip
-        if n * c:
+        if n * c and strided:
+            p.step_strided("max_pool2d_backward_strided", views, lanes=4,
+                           tile=ops._nhwc_tile(p, cells, backward=True),
+                           **ops._max_sizes(cells, h, w))  # fmt: skip
+        elif n * c:
             p.step_by_plane("max_pool2d_backward", (w, h, n * c), **ops._max_sizes(cells, h, w))
         p.arrays = [_fold(a) for a in p.arrays]
         return p.plan("grad_out", None, "indices")
@@ -218,7 +234,9 @@ def _plan_backward(
     # A CPU's plane per work-item, where cells do not outnumber the input's elements:
     # on Debian's PoCL, [8,256,14,14] to 7x7 11.3 -> 0.7 ms, [8,64,56,56] to 7x7 39 -> 0.55
     # ms; upsampling [8,64,14,14] to 28x28 1.3 -> 1.8-5.4 ms (so it gathers there).
-    if n * c and p.by_plane and od * oh * ow <= d * h * w:
+    if n * c and strided:
+        p.step_strided("adaptive_max_pool2d_backward_strided", views, H=h, W=w, OH=oh, OW=ow)
+    elif n * c and p.by_plane and od * oh * ow <= d * h * w:
         p.step("adaptive_max_pool_backward_plane", (n * c,), local=(1,), **sizes)
     elif n * c:
         _step(p, "adaptive_max_pool_backward", -(-w // p.cols), h, d, n * c, **sizes)

@@ -80,12 +80,12 @@ class Case:
     shape: tuple[int, ...]  # (N, C, H, W); (N, C, D, H, W) for the 3-D ops, (N, C, L) 1-D
     params: Record = field(default_factory=dict)
     dtype: str = "float32"
-    layout: str = "nchw"  # or "nhwc": channels-last inputs (PyTorch's too)
+    layout: str = "nchw"  # or "nhwc": channels-last inputs (PyTorch's too; NDHWC 3-D)
 
     @property
     def label(self) -> str:
         p = self.params
-        nhwc = " nhwc" if self.layout == "nhwc" else ""
+        nhwc = f" {'nd' if len(self.shape) == 5 else 'n'}hwc" if self.layout == "nhwc" else ""
         if "output_size" in p:
             return f"out {p['output_size']}{nhwc}"
         return f"k{p['kernel_size']} s{p['stride']} p{p['padding']}{nhwc}"
@@ -100,11 +100,13 @@ def default_cases(
 ) -> list[Case]:
     """The default sweep (or every op of the shape's rank on one given shape, with the
     rank's first window), in `dtype`, on inputs of `layout` ("nchw", or "nhwc":
-    channels-last; the 2-D ops)."""
+    channels-last, NDHWC for the 3-D ops; the 1-D ops take theirs as they are)."""
     other_ranks = {5: (WINDOWED_3D, SHAPE_3D), 3: (WINDOWED_1D, SHAPE_1D)}
     if shape is not None and len(shape) in other_ranks:
         rank_ops, (_, window) = other_ranks[len(shape)]
-        return [Case(op, tuple(shape), dict(window), dtype) for op in rank_ops if op in ops_wanted]
+        lay = layout if len(shape) == 5 else "nchw"
+        return [Case(op, tuple(shape), dict(window), dtype, lay) for op in rank_ops
+                if op in ops_wanted]  # fmt: skip
     shapes: tuple[tuple[tuple[int, ...], dict[str, int]], ...] = (
         SHAPES if shape is None else ((tuple(shape), SHAPES[0][1]),)
     )
@@ -126,14 +128,15 @@ def default_cases(
     if cpu and shape is None:
         n = max(1, n // 4)
     cases += [
-        Case(op, (n, c, h, w), dict(output_size=ADAPTIVE_MAX_CASE[1]), dtype)
+        Case(op, (n, c, h, w), dict(output_size=ADAPTIVE_MAX_CASE[1]), dtype, layout)
         for op in ADAPTIVE_MAX
         if op in ops_wanted
     ]
     if shape is None:
         for rank_ops, (s, window) in other_ranks.values():
             s = (max(1, s[0] // 4), *s[1:]) if cpu else s
-            cases += [Case(op, s, dict(window), dtype) for op in rank_ops if op in ops_wanted]
+            lay = layout if len(s) == 5 else "nchw"
+            cases += [Case(op, s, dict(window), dtype, lay) for op in rank_ops if op in ops_wanted]
     return cases
 
 
@@ -224,11 +227,13 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
 
 
 def _device_array(rt: Runtime, a: np.ndarray, layout: str) -> cla.Array:
-    """`a` on the device, laid out NCHW or channels-last (`layout` "nhwc")."""
+    """`a` on the device, laid out NCHW or channels-last (`layout` "nhwc": NHWC, NDHWC)."""
     if layout == "nhwc":
-        nhwc = cla.to_device(rt.queue, a.transpose(0, 2, 3, 1).copy())
+        order = (0, *range(2, a.ndim), 1)  # the channels innermost
+        last = cla.to_device(rt.queue, np.ascontiguousarray(a.transpose(order)))
         # pyopencl's Array.transpose has no annotations
-        return cast(cla.Array, nhwc.transpose((0, 3, 1, 2)))  # type: ignore[no-untyped-call]
+        back = tuple(int(i) for i in np.argsort(order))
+        return cast(cla.Array, last.transpose(back))  # type: ignore[no-untyped-call]
     return cla.to_device(rt.queue, a)
 
 
@@ -336,7 +341,9 @@ def time_torch(case: Case, where: str, loops: int, min_time: float = MIN_TIME) -
 
     rng = np.random.default_rng(0)
     out_shape = (*case.shape[:2], *_out_hw(case))
-    layout = torch.channels_last if case.layout == "nhwc" else torch.contiguous_format
+    layout = torch.contiguous_format
+    if case.layout == "nhwc":
+        layout = torch.channels_last_3d if len(case.shape) == 5 else torch.channels_last
     x = _tensor(_data(rng, case.shape, case.dtype)).to(where)
     grad = _tensor(_data(rng, out_shape, case.dtype)).to(where)
     x, grad = x.contiguous(memory_format=layout), grad.contiguous(memory_format=layout)

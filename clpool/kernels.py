@@ -188,6 +188,14 @@ _SIGNATURES.update({
     "adaptive_avg_pool2d_backward_strided": (
         ("grad_out", GLOBAL), ("grad_x", GLOBAL), *_STRIDED_BACKWARD, *_ADAPTIVE_SIZES,
     ),
+    "adaptive_max_pool2d_forward_strided": (
+        ("x", GLOBAL), ("out", GLOBAL), ("indices", GLOBAL), *_STRIDED_FORWARD,
+        *_ADAPTIVE_SIZES,
+    ),
+    "adaptive_max_pool2d_backward_strided": (
+        ("grad_out", GLOBAL), ("indices", GLOBAL), ("grad_x", GLOBAL), *_STRIDED_BACKWARD,
+        *_view("indices"), *_ADAPTIVE_SIZES,
+    ),
 })  # fmt: skip
 
 

@@ -32,6 +32,15 @@ typedef uint bound_t;
     int r0 = (tile_ - slice * tiles_) * CLPOOL_ROWS;                                  \
     int r1 = min((bound_t)r0 + CLPOOL_ROWS, (bound_t)(rows))
 
+/* The fold of a cell's elements in (d, h, w) order: NaN wins (the last NaN keeps its
+ * index, as in PyTorch's CPU kernel) and ties keep the first. v != v: v is NaN (isnan()
+ * here took 2.7-3.6 against 1.6-1.7 ms on [8,64,56,56] to 7x7, Debian's PoCL). */
+#define FOLD_CELL_MAX(best, best_i, v, at)                                            \
+    if ((v) > (best) || (v) != (v)) {                                                 \
+        (best) = (v);                                                                 \
+        (best_i) = (at);                                                              \
+    }
+
 /* out = the maximum of each cell, in (d, h, w) row-major order: NaN wins (the last NaN
  * keeps its index, as in PyTorch's CPU kernel), ties keep the first, and a cell of -inf
  * only gives the index of its first element. Work-item (ow, (od, tile of oh), plane); with
@@ -60,21 +69,11 @@ __kernel void adaptive_max_pool_forward(__global const elem_t *restrict x,
                 pos_t row = ((pos_t)d * H + h) * W;
                 for (int w = w0; w < w1; ++w) {
                     acc_t v = LOAD(xp, row + w);
-                    /* v != v: v is NaN (isnan() here took 2.7-3.6 against 1.6-1.7 ms
-                     * on [8,64,56,56] to 7x7, Debian's PoCL) */
-                    if (v > best || v != v) {
-                        best = v;
-                        best_i = row + w;
-                    }
+                    FOLD_CELL_MAX(best, best_i, v, row + w)
                 }
             }
         long at = cells + ((pos_t)od * OH + oh) * OW + ow;
-        STORE(out, at, best);
-#ifndef CLPOOL_NO_INDICES
-        indices[at] = (index_t)best_i;
-#else
-        (void)best_i;
-#endif
+        STORE_MAX(out, indices, at, best, best_i);
         h0 = next;
     }
 }
@@ -169,4 +168,57 @@ __kernel void adaptive_max_pool_backward_plane(__global const elem_t *restrict g
             }
         }
     }
+}
+
+/* adaptive_max_pool_forward of a 2-D input of any strides (clpool.h's _strided kernels),
+ * the results written through out's strides (indices has the same): one output per
+ * work-item, neighbouring channels in neighbouring work-items where the result is
+ * channels-last; indices flat in the (H, W) plane, h * W + w. */
+__kernel void adaptive_max_pool2d_forward_strided(__global const elem_t *restrict x,
+                                                  __global elem_t *restrict out,
+                                                  __global index_t *restrict indices,
+                                                  STRIDED_FORWARD_SIZES, int H, int W, int OH,
+                                                  int OW)
+{
+    item_t o;
+    if (!strided_item(&o, C, OH, OW, channels_inner))
+        return;
+    __global const elem_t *xp = x + AT(x, o.n, o.c, 0, 0);
+    int h0 = cell_start(o.h, H, OH), h1 = cell_end(o.h, H, OH);
+    int w0 = cell_start(o.w, W, OW), w1 = cell_end(o.w, W, OW);
+    acc_t best = -INFINITY;
+    pos_t best_i = (pos_t)h0 * W + w0;
+    for (int h = h0; h < h1; ++h)
+        for (int w = w0; w < w1; ++w) {
+            acc_t v = LOAD(xp, (long)h * x_sh + (long)w * x_sw);
+            FOLD_CELL_MAX(best, best_i, v, (pos_t)h * W + w)
+        }
+    long at = AT_OUT(out, o.n, o.c, o.h, o.w);
+    STORE_MAX(out, indices, at, best, best_i);
+}
+
+/* adaptive_max_pool_backward of a 2-D grad_out and indices of any strides, grad_x written
+ * through its own: one input element per work-item adds, in output order, the gradients
+ * of the cells that contain it and whose index names it. */
+__kernel void adaptive_max_pool2d_backward_strided(__global const elem_t *restrict grad_out,
+                                                   __global const index_t *restrict indices,
+                                                   __global elem_t *restrict grad_x,
+                                                   STRIDED_BACKWARD_SIZES,
+                                                   INDICES_VIEW_SIZES, int H, int W, int OH,
+                                                   int OW)
+{
+    item_t e;
+    if (!strided_item(&e, C, H, W, channels_inner))
+        return;
+    int oh0, oh1, ow0, ow1;
+    cells_at(e.h, H, OH, &oh0, &oh1);
+    cells_at(e.w, W, OW, &ow0, &ow1);
+    pos_t self = (pos_t)e.h * W + e.w;
+    acc_t g = 0;
+    for (int oh = oh0; oh < oh1; ++oh)
+        for (int ow = ow0; ow < ow1; ++ow) {
+            acc_t v = LOAD(grad_out, AT(grad_out, e.n, e.c, oh, ow));
+            g += indices[AT(indices, e.n, e.c, oh, ow)] == self ? v : (acc_t)0;
+        }
+    STORE(grad_x, AT_OUT(grad_x, e.n, e.c, e.h, e.w), g);
 }

@@ -124,6 +124,15 @@ typedef ulong uindex_t;
 #define STORE_INDEX16(p, i, v) vstore16(convert_long16(v), 0, (p) + (i))
 #endif
 
+/* Max pooling's result at element `at`: the value in out and, unless -DCLPOOL_NO_INDICES
+ * (then `indices` is a placeholder, never written), its index in indices. */
+#ifdef CLPOOL_NO_INDICES
+#define STORE_MAX(out, indices, at, best, best_i) ((void)(best_i), STORE(out, at, best))
+#else
+#define STORE_MAX(out, indices, at, best, best_i)                                     \
+    (STORE(out, at, best), (indices)[at] = (index_t)(best_i))
+#endif
+
 /* Offsets and areas inside one (H, W) plane: 32-bit unless the host passes
  * -DCLPOOL_LARGE_PLANE for a plane or a window of 2^31 elements or more. Plane offsets
  * are always 64-bit, so tensors of more than 2^31 elements index correctly. */
@@ -650,6 +659,9 @@ CONTIGUOUS_KERNEL(clpool_contiguous_index, index_t, IDENTITY_LOAD, IDENTITY_STOR
     long grad_out_offset, long grad_out_sn, long grad_out_sc, long grad_out_sh,     \
     long grad_out_sw, long grad_x_sn, long grad_x_sc, long grad_x_sh, long grad_x_sw, \
     int C, int channels_inner
+/* The strides of the indices a strided max backward reads, as an input view. */
+#define INDICES_VIEW_SIZES                                                          \
+    long indices_offset, long indices_sn, long indices_sc, long indices_sh, long indices_sw
 #define AT_OUT(v, n, c, h, w)                                                       \
     ((n) * v##_sn + (long)(c) * v##_sc + (long)(h) * v##_sh + (long)(w) * v##_sw)
 #define AT(v, n, c, h, w) (v##_offset + AT_OUT(v, n, c, h, w))

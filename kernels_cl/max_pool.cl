@@ -366,15 +366,8 @@ __kernel void max_pool2d_forward_strided(__global const elem_t *restrict x,
         }
     }
     long at = AT_OUT(out, o.n, o.c, o.h, o.w);
-    STORE(out, at, best);
-#ifndef CLPOOL_NO_INDICES
-    indices[at] = (index_t)best_i;
-#endif
+    STORE_MAX(out, indices, at, best, best_i);
 }
-
-/* The strides of the indices a strided backward reads, as an input view. */
-#define INDICES_VIEW_SIZES                                                          \
-    long indices_offset, long indices_sn, long indices_sc, long indices_sh, long indices_sw
 
 /* The strided backward's gather for 4 channels contiguous in grad_out, indices and grad_x
  * (channels-last) of a tile of CLPOOL_CL_ROWS x CLPOOL_CL_PIX elements from (h0, w0), of

@@ -82,10 +82,7 @@ inline void max_window(__global const elem_t *xp, __global elem_t *out,
             }
         }
     }
-    STORE(out, o, best);
-#ifndef CLPOOL_NO_INDICES
-    indices[o] = (index_t)best_i;
-#endif
+    STORE_MAX(out, indices, o, best, best_i);
 }
 
 #ifndef CLPOOL_NO_LANES16

@@ -365,6 +365,12 @@ def nhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("nhwc/adaptive_avg_pool2d_backward/3x2",
            lambda: clpool.adaptive_avg_pool2d_backward(gd, x),
            lambda: ref.adaptive_avg_pool2d_backward(gd, x))
+    yield ("nhwc/adaptive_max_pool2d/3x2", lambda: clpool.adaptive_max_pool2d(x, (3, 2), True),
+           lambda: ref.adaptive_max_pool_nd(x, (3, 2), 2))
+    _, ia = ref.adaptive_max_pool_nd(x, (3, 2), 2)
+    yield ("nhwc/adaptive_max_pool2d_backward/3x2",
+           lambda: clpool.adaptive_max_pool2d_backward(gd, x, stored_channels_last(ia)),
+           lambda: ref.adaptive_max_pool_backward(gd, x, ia, 2))
 
 
 def copy_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:

@@ -225,14 +225,28 @@ def test_the_default_sweep_has_adaptive_max_pooling_of_a_classifier_head():
 def test_bench_layout_option_times_channels_last_inputs(device, launched):
     """--layout nhwc: clpool's inputs are channels-last (its _strided kernels run) and so are
     PyTorch's; the rows say so."""
-    ops = ("max_pool2d_with_indices_backward", "adaptive_avg_pool2d")
+    ops = ("max_pool2d_with_indices_backward", "adaptive_avg_pool2d", "adaptive_max_pool2d")
     args = [a for op in ops for a in ("--op", op)]
     result = invoke("--shape", "1,3,8,8", *args, "--layout", "nhwc", "--json", *FAST)
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)["rows"]
     assert {r["layout"] for r in rows} == {"nhwc"} and all("nhwc" in r["params"] for r in rows)
+    assert len(rows) == 4  # the adaptive average to 7 and to 1
     ran = {name for name, _ in launched}
-    assert {"max_pool2d_backward_strided", "adaptive_avg_pool2d_forward_strided"} <= ran
+    assert {"max_pool2d_backward_strided", "adaptive_avg_pool2d_forward_strided",
+            "adaptive_max_pool2d_forward_strided"} <= ran  # fmt: skip
+    assert "clpool_contiguous" not in ran
+
+
+def test_bench_layout_option_times_ndhwc_inputs_of_the_3d_ops(device, launched):
+    """--layout nhwc on a 3-D shape: channels-last-3d inputs (NDHWC), PyTorch's too."""
+    result = invoke("--shape", "1,4,4,6,6", "--op", "avg_pool3d_backward", "--op",
+                    "max_pool3d", "--layout", "nhwc", "--json", *FAST)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["rows"]
+    assert [r["params"].endswith(" ndhwc") for r in rows] == [True, True]
+    ran = {name for name, _ in launched}
+    assert {"max_pool3d_forward_strided", "avg_pool3d_backward_strided"} <= ran
     assert "clpool_contiguous" not in ran
 
 

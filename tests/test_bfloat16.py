@@ -371,6 +371,10 @@ def test_torch_tensors_through_the_core_ops():
     got = clpool.adaptive_avg_pool2d(last, (4, 5))
     assert got.dtype == torch.bfloat16 and got.is_contiguous(memory_format=torch.channels_last)
     assert ulps(got, F.adaptive_avg_pool2d(x, (4, 5))).max() <= 1
+    got, idx = clpool.adaptive_max_pool2d(last, (4, 5), True)
+    want, want_i = F.adaptive_max_pool2d(last, (4, 5), True)
+    assert got.is_contiguous(memory_format=torch.channels_last) and torch.equal(idx, want_i)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
     line = clpool.avg_pool1d(x[0], 3)
     assert line.dtype == torch.bfloat16 and ulps(line, F.avg_pool1d(x[0], 3)).max() <= 1
 

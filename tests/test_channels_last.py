@@ -41,7 +41,17 @@ FORWARD = {
                  lambda t: F.adaptive_avg_pool2d(t, (5, 4))),
     "adaptive-global": (lambda a, **kw: clpool.adaptive_avg_pool2d(a, 1, **kw),
                         lambda t: F.adaptive_avg_pool2d(t, 1)),
+    "adaptive-max": (lambda a, **kw: clpool.adaptive_max_pool2d(a, (5, 4), True, **kw),
+                     lambda t: F.adaptive_max_pool2d(t, (5, 4), True)),
+    # equal cells (1 x 3): max_pool2d's _strided kernel
+    "adaptive-max-equal": (lambda a, **kw: clpool.adaptive_max_pool2d(a, (7, 3), True, **kw),
+                           lambda t: F.adaptive_max_pool2d(t, (7, 3), True)),
 }  # fmt: skip
+# the _strided kernel each case's channels-last input runs
+FORWARD_KERNEL = {"max": "max_pool2d", "avg": "avg_pool2d", "adaptive": "adaptive_avg_pool2d",
+                  "adaptive-global": "adaptive_avg_pool2d",
+                  "adaptive-max": "adaptive_max_pool2d", "adaptive-max-equal": "max_pool2d"}
+EXACT = ("max", "adaptive-max")  # the cases that give max pooling's bits
 SHAPE = (2, 5, 7, 9)
 
 
@@ -78,7 +88,7 @@ def test_forward_channels_last_matches_torch(kind, case, ties, channels):
     got, want = results(ours(_as(kind, t))), results(theirs(t))
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
-        check_result(g, w, exact=case.startswith("max"))
+        check_result(g, w, exact=case.startswith(EXACT))
 
 
 @pytest.mark.parametrize("gpu", [False, True])
@@ -153,6 +163,8 @@ def _backward_cases(t: torch.Tensor, rng: np.random.Generator):
     _, idx = F.max_pool2d(t, 3, 2, 1, ceil_mode=True, return_indices=True)
     avg = F.avg_pool2d(t, 3, 2, 1, True, False)
     ada = F.adaptive_avg_pool2d(t, (5, 4))
+    _, ada_idx = F.adaptive_max_pool2d(t, (5, 4), True)
+    _, equal_idx = F.adaptive_max_pool2d(t, (7, 3), True)  # equal cells: max_pool2d's kernel
     return [
         ("max", idx.shape,
          lambda g, x, i: clpool.max_pool2d_with_indices_backward(g, x, 3, 2, 1, 1, True, i),
@@ -165,6 +177,10 @@ def _backward_cases(t: torch.Tensor, rng: np.random.Generator):
         ("adaptive", ada.shape,
          lambda g, x, i: clpool.adaptive_avg_pool2d_backward(g, x),
          lambda g, x, i: aten._adaptive_avg_pool2d_backward(g, x), None),
+        ("adaptive-max", ada_idx.shape, clpool.adaptive_max_pool2d_backward,
+         aten.adaptive_max_pool2d_backward, ada_idx),
+        ("adaptive-max-equal", equal_idx.shape, clpool.adaptive_max_pool2d_backward,
+         aten.adaptive_max_pool2d_backward, equal_idx),
     ]  # fmt: skip
 
 
@@ -188,7 +204,7 @@ def test_backward_channels_last_matches_aten(kind, formats, channels):
         arrays = [None if a is None else (_as(kind, a) if not a.is_contiguous() else
                   (cla.to_device(default_queue(), a.numpy()) if kind == "array" else
                    _as(kind, a))) for a in (g, x, i)]  # fmt: skip
-        check_result(ours(*arrays), want, exact=name == "max")
+        check_result(ours(*arrays), want, exact=name.startswith(EXACT))
 
 
 @pytest.mark.parametrize(
@@ -198,6 +214,7 @@ def test_backward_channels_last_matches_aten(kind, formats, channels):
         (ct.AvgPool2d(3, 2, 1, count_include_pad=False),
          torch.nn.AvgPool2d(3, 2, 1, count_include_pad=False)),
         (ct.AdaptiveAvgPool2d((5, 4)), torch.nn.AdaptiveAvgPool2d((5, 4))),
+        (ct.AdaptiveMaxPool2d((5, 4)), torch.nn.AdaptiveMaxPool2d((5, 4))),
     ],
 )  # fmt: skip
 def test_torch_modules_keep_channels_last_forward_and_backward(module, reference):
@@ -228,7 +245,9 @@ def _views(base: np.ndarray):
 
 
 @pytest.mark.parametrize("host", [False, True])
-@pytest.mark.parametrize("case", ["max-ceil", "max-dilated", "avg-exclude-pad", "adaptive"])
+@pytest.mark.parametrize(
+    "case", ["max-ceil", "max-dilated", "avg-exclude-pad", "adaptive", "adaptive-max"]
+)
 def test_other_strides_match_the_contiguous_result(case, host):
     """Any strides and offsets: the result equals that of the same values C-contiguous,
     and its memory format is torch's (channels-last only for a channels-last view), for
@@ -244,7 +263,7 @@ def test_other_strides_match_the_contiguous_result(case, host):
         for g, w in zip(got, want, strict=True):
             assert tuple(s // g.dtype.itemsize for s in g.strides) == torch_strides, name
             got_host = np.ascontiguousarray(g if host else launch._get(g))
-            if case.startswith("max"):
+            if case.startswith(EXACT):
                 assert same_bits(got_host, w), name
             else:
                 assert_close(got_host, w, context=name)
@@ -268,6 +287,9 @@ def test_strided_backward_inputs_match_the_contiguous_result():
     assert same_bits(got.get(), want)
     got = clpool.avg_pool2d_backward(wide(g), x, 2, 1, 1, True, False)
     assert same_bits(got.get(), clpool.avg_pool2d_backward(g, x, 2, 1, 1, True, False))
+    _, idx = clpool.adaptive_max_pool2d(x, g.shape[-2:], True, index_dtype="int32")  # overlap
+    got = clpool.adaptive_max_pool2d_backward(wide(g), x, wide(idx))
+    assert same_bits(got.get(), clpool.adaptive_max_pool2d_backward(g, x, idx))
 
 
 @pytest.mark.parametrize("case", FORWARD)
@@ -285,7 +307,7 @@ def test_a_channels_last_array_launches_only_the_op_kernel_planned_once(
     x = _nhwc_array(_tensor(12, special=False))
     ours = FORWARD[case][0]
     first, second = results(ours(x)), results(ours(x))
-    family = {"max": "max_pool2d", "avg": "avg_pool2d", "ada": "adaptive_avg_pool2d"}[case[:3]]
+    family = FORWARD_KERNEL[case if case in FORWARD_KERNEL else case.split("-")[0]]
     kernel = f"{family}_forward_strided"
     if case == "adaptive-global" and policy.current().on_gpu(x.queue.device):
         kernel = "adaptive_avg_pool2d_global_strided"  # a GPU's work-groups of slices
@@ -305,6 +327,8 @@ def test_backward_kernels_launched_for_channels_last_arrays(launched, enqueued):
         "max_pool2d_backward_strided",
         "avg_pool2d_backward_strided",
         "adaptive_avg_pool2d_backward_strided",
+        "adaptive_max_pool2d_backward_strided",
+        "max_pool2d_backward_strided",  # equal cells
     ]
     assert [name for name, _ in launched] == want and enqueued == want
 
@@ -357,29 +381,43 @@ def test_global_average_on_a_gpu_runs_work_groups_of_channels_by_row_slices(chan
 def test_float16_and_float64_channels_last(dtype, channels):
     with policy.use(fp16_storage=True):
         t = _tensor(14, (2, channels, 7, 9), dtype=dtype)
-        for case in ("max-ceil", "avg-include-pad", "adaptive"):
+        for case in ("max-ceil", "avg-include-pad", "adaptive", "adaptive-max"):
             ours, theirs = FORWARD[case]
             for g, w in zip(results(ours(t.numpy())), results(theirs(t)), strict=True):
                 g = torch.from_numpy(g)
                 assert g.dtype == w.dtype and g.stride() == w.stride()
-                if case.startswith("max"):  # NaN payloads aside (vstore_half's)
+                if case.startswith(EXACT):  # NaN payloads aside (vstore_half's)
                     assert np.array_equal(g.numpy(), w.numpy(), equal_nan=True)
                 else:
                     assert_close(g, w, 1e-3 if dtype == np.float16 else 1e-12)
 
 
+# (clpool forward, torch forward, clpool backward, ATen backward) of the ops with indices
+WITH_INDICES = [
+    (lambda a, **kw: clpool.max_pool2d_with_indices(a, 3, 2, 1, 2, **kw),
+     lambda t: F.max_pool2d(t, 3, 2, 1, 2, return_indices=True),
+     lambda g, x, i: clpool.max_pool2d_with_indices_backward(g, x, 3, 2, 1, 2, False, i),
+     lambda g, x, i: aten.max_pool2d_with_indices_backward(g, x, [3, 3], [2, 2], [1, 1],
+                                                            [2, 2], False, i)),
+    (lambda a, **kw: clpool.adaptive_max_pool2d(a, (4, 5), True, **kw),
+     lambda t: F.adaptive_max_pool2d(t, (4, 5), True),
+     clpool.adaptive_max_pool2d_backward, aten.adaptive_max_pool2d_backward),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize("channels", [5, 8, 16])
-def test_int32_indices_channels_last_forward_and_backward(channels):
+@pytest.mark.parametrize("op", range(len(WITH_INDICES)))
+def test_int32_indices_channels_last_forward_and_backward(op, channels):
+    forward, torch_forward, backward, aten_backward = WITH_INDICES[op]
     t = _tensor(15, (2, channels, 7, 9))
-    values, idx = clpool.max_pool2d_with_indices(t.numpy(), 3, 2, 1, 2, index_dtype="int32")
-    want, want_idx = F.max_pool2d(t, 3, 2, 1, 2, return_indices=True)
+    values, idx = forward(t.numpy(), index_dtype="int32")
+    want, want_idx = torch_forward(t)
     assert idx.dtype == np.int32 and idx.strides == tuple(4 * s for s in want_idx.stride())
     assert np.array_equal(idx, want_idx.numpy())
     g = torch.from_numpy(data(np.random.default_rng(2), tuple(want.shape)))
     g = g.contiguous(memory_format=CL)
-    got = clpool.max_pool2d_with_indices_backward(g.numpy(), t.numpy(), 3, 2, 1, 2, False, idx)
-    check_result(got, aten.max_pool2d_with_indices_backward(g, t, [3, 3], [2, 2], [1, 1], [2, 2],
-                                                      False, want_idx), exact=True)  # fmt: skip
+    got = backward(g.numpy(), t.numpy(), idx)
+    check_result(got, aten_backward(g, t, want_idx), exact=True)
 
 
 @pytest.mark.parametrize("channels", [3, 4, 16])
@@ -394,6 +432,11 @@ def test_windows_of_minus_infinity_and_nan_channels_last(channels):
     for args in ((3, 2, 1), (2, 1, 1)):
         got = clpool.max_pool2d_with_indices(t.numpy(), *args)
         want = F.max_pool2d(t, *args, return_indices=True)
+        for g, w in zip(got, want, strict=True):
+            check_result(g, w, exact=True)
+    for size in ((2, 4), (5, 3), 1):  # adaptive max: unequal cells, equal ones, the plane
+        got = clpool.adaptive_max_pool2d(t.numpy(), size, True)
+        want = F.adaptive_max_pool2d(t, size, True)
         for g, w in zip(got, want, strict=True):
             check_result(g, w, exact=True)
 
@@ -413,8 +456,6 @@ def test_out_must_have_the_results_strides():
 # C-contiguous, whatever their layout (a channels-last numpy input once went up as NHWC
 # bytes and was read as NCHW).
 OTHERS = {
-    "adaptive_max_pool2d": (lambda a: clpool.adaptive_max_pool2d(a, (4, 3), True),
-                            lambda t: F.adaptive_max_pool2d(t, (4, 3), True)),
     "max_unpool2d": (lambda a: clpool.max_unpool2d(a, _unpool_indices(), 2),
                      lambda t: F.max_unpool2d(t, torch.from_numpy(_unpool_indices()), 2)),
 }  # fmt: skip
