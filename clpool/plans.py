@@ -43,6 +43,8 @@ TILED |= {"adaptive_avg_pool2d_backward", "adaptive_max_pool_backward"}
 CPU_ROWS = {"max_pool2d_forward_strided", "max_pool2d_backward_strided"}
 CPU_ROWS |= {"avg_pool2d_forward_strided", "avg_pool2d_backward_strided"}
 CPU_ROWS |= {"adaptive_avg_pool2d_forward_strided", "adaptive_avg_pool2d_backward_strided"}
+CPU_ROWS |= {"adaptive_max_pool2d_forward_strided", "adaptive_max_pool2d_backward_strided"}
+CPU_ROWS |= {"max_pool3d_forward_strided", "max_pool3d_backward_strided"}  # (pool3d.py)
 # the SOURCES that hold them
 TILED_FAMILIES = ("max", "avg", "pool3d", "adaptive", "adaptive_max")
 # Work-items along a row of a work-group: 64 keeps a row's loads in one or two cache lines
@@ -437,7 +439,7 @@ class Planner:
         # a CPU's rows of 16 channels a lane read and store channels as vectors: any output
         # whose channels are contiguous (a 1 x 1 plane's too, C-contiguous as well)
         rows16 = channel_strides == {1} and len(out.shape) == 4 and c % 16 == 0
-        if rows16 and not self.gpu and name in CPU_ROWS and self._lanes16():
+        if rows16 and not self.gpu and name in CPU_ROWS and self.lanes16():
             # rows of an image, their channels in runs of up to 256 (clpool.h)
             inner, per_item, geometry = True, 16, (-(-c // 256), 1, n * h)
         else:
@@ -458,7 +460,7 @@ class Planner:
         )
         self.steps.append(launch)
 
-    def _lanes16(self) -> bool:
+    def lanes16(self) -> bool:
         """Whether this device's kernels may hold 16-lane vectors (quirks.py)."""
         return "-DCLPOOL_NO_LANES16" not in quirks.options(self.rt.device)
 

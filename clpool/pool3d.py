@@ -174,7 +174,9 @@ def _step_strided(
     """Launch 3-D _strided kernel `name` over the elements of the call's first output,
     reading input i through its strides as view `v` for each `v: i` of `views`: the
     work-items walk the channels innermost where any view or that output has them
-    contiguous (coalesced), 4 channels each where all do and they divide C."""
+    contiguous (coalesced), 4 channels each where all do and they divide C; on a CPU, for
+    a kernel of plans.CPU_ROWS where 16 divides C, a row of an image each, 16 channels a
+    lane."""
     out = p.outputs[0]
     pad = (1,) * (5 - len(out.shape))
     n, c, d, h, w = pad + out.shape
@@ -189,6 +191,9 @@ def _step_strided(
     inner = c > 1 and 1 in channels
     lanes = 4 if inner and set(channels) == {1} and c % 4 == 0 else 1
     geometry = (c // lanes, w, n * d * h) if inner else (w, h, n * c * d)
+    if lanes == 4 and c % 16 == 0 and not p.gpu and name in plans.CPU_ROWS and p.lanes16():
+        # a CPU's rows of an image, their channels in runs of up to 256 (clpool.h)
+        lanes, geometry = 16, (-(-c // 256), 1, n * d * h)
     if geometry[2] >= 2**32:  # rows split in 64 bits
         p.options = tuple(o for o in p.options if o != "-DCLPOOL_ROWS32")
     sizes, local = plans.ndrange(p.rt.device, *geometry)

@@ -3,6 +3,7 @@
  * are flat in the input volume: (d * H + h) * W + w. */
 
 #include "clpool.h"
+#include "plane.h"
 
 /* The sizes every adaptive max pooling kernel takes: the input volume's, the output's. */
 #define ADAPTIVE_MAX_SIZES                                                            \
@@ -170,10 +171,65 @@ __kernel void adaptive_max_pool_backward_plane(__global const elem_t *restrict g
     }
 }
 
+#ifndef CLPOOL_NO_LANES16
+/* A CPU's channels-last forward (channels_inner == 16, plane.h): the maximum and index of
+ * each cell of output row oh of image xp, 16 channels at a time, each lane folded as
+ * FOLD_CELL_MAX (a cell of -inf: its first element's index). */
+inline void adaptive_max_row16(__global const elem_t *xp, __global elem_t *out,
+                               __global index_t *indices, long at, long out_sw, int2 ch, int H,
+                               int W, int OH, int OW, int oh, long x_sh, long x_sw)
+{
+    int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
+    for (int ow = 0; ow < OW; ++ow, at += out_sw) {
+        int w0 = cell_start(ow, W, OW), w1 = cell_end(ow, W, OW);
+        for (int c = ch.x; c < ch.y; c += 16) {
+            acc16_t best = -INFINITY;
+            pos16_t best_i = (pos_t)h0 * W + w0;
+            for (int h = h0; h < h1; ++h)
+                for (int w = w0; w < w1; ++w) {
+                    acc16_t v = LOAD16(xp, (long)h * x_sh + (long)w * x_sw + c);
+                    FOLD_MAX16(best, best_i, v, (pos_t)h * W + w)
+                }
+            STORE16(out, at + c, best);
+#ifndef CLPOOL_NO_INDICES
+            STORE_INDEX16(indices, at + c, best_i);
+#endif
+        }
+    }
+}
+
+/* A CPU's channels-last backward (channels_inner == 16): the gradient of each element of
+ * input row h, 16 channels at a time, the gradients of the cells containing it whose
+ * index names it added in output order. */
+inline void adaptive_max_gather_row16(__global const elem_t *gp, __global const index_t *ip,
+                                      __global elem_t *grad_x, long at, long out_sw, int2 ch,
+                                      int H, int W, int OH, int OW, int h, long g_sh,
+                                      long g_sw, long i_sh, long i_sw)
+{
+    int oh0, oh1;
+    cells_at(h, H, OH, &oh0, &oh1);
+    for (int w = 0; w < W; ++w, at += out_sw) {
+        int ow0 = cell_start(w, OW, W), ow1 = cell_end(w, OW, W);
+        pos_t self = (pos_t)h * W + w;
+        for (int c = ch.x; c < ch.y; c += 16) {
+            acc16_t g = 0;
+            for (int oh = oh0; oh < oh1; ++oh)
+                for (int ow = ow0; ow < ow1; ++ow) {
+                    acc16_t v = LOAD16(gp, (long)oh * g_sh + (long)ow * g_sw + c);
+                    index16_t i = vload16(0, ip + (long)oh * i_sh + (long)ow * i_sw + c);
+                    g += select((acc16_t)0, v, ACC16_MASK(i == (index_t)self));
+                }
+            STORE16(grad_x, at + c, g);
+        }
+    }
+}
+#endif
+
 /* adaptive_max_pool_forward of a 2-D input of any strides (clpool.h's _strided kernels),
  * the results written through out's strides (indices has the same): one output per
  * work-item, neighbouring channels in neighbouring work-items where the result is
- * channels-last; indices flat in the (H, W) plane, h * W + w. */
+ * channels-last (a CPU: a row of them, 16 channels a lane, with channels_inner == 16:
+ * adaptive_max_row16); indices flat in the (H, W) plane, h * W + w. */
 __kernel void adaptive_max_pool2d_forward_strided(__global const elem_t *restrict x,
                                                   __global elem_t *restrict out,
                                                   __global index_t *restrict indices,
@@ -181,6 +237,14 @@ __kernel void adaptive_max_pool2d_forward_strided(__global const elem_t *restric
                                                   int OW)
 {
     item_t o;
+#ifndef CLPOOL_NO_LANES16
+    if (channels_inner == 16) { /* a CPU: output row o.h of image o.n */
+        o.n = split_row(get_global_id(2), OH, &o.h);
+        adaptive_max_row16(x + AT(x, o.n, 0, 0, 0), out, indices, AT_OUT(out, o.n, 0, o.h, 0),
+                           out_sw, row16_channels(C), H, W, OH, OW, o.h, x_sh, x_sw);
+        return;
+    }
+#endif
     if (!strided_item(&o, C, OH, OW, channels_inner))
         return;
     __global const elem_t *xp = x + AT(x, o.n, o.c, 0, 0);
@@ -198,8 +262,9 @@ __kernel void adaptive_max_pool2d_forward_strided(__global const elem_t *restric
 }
 
 /* adaptive_max_pool_backward of a 2-D grad_out and indices of any strides, grad_x written
- * through its own: one input element per work-item adds, in output order, the gradients
- * of the cells that contain it and whose index names it. */
+ * through its own: one input element per work-item (a CPU: a row of them, 16 channels a
+ * lane, with channels_inner == 16) adds, in output order, the gradients of the cells that
+ * contain it and whose index names it. */
 __kernel void adaptive_max_pool2d_backward_strided(__global const elem_t *restrict grad_out,
                                                    __global const index_t *restrict indices,
                                                    __global elem_t *restrict grad_x,
@@ -208,6 +273,17 @@ __kernel void adaptive_max_pool2d_backward_strided(__global const elem_t *restri
                                                    int OW)
 {
     item_t e;
+#ifndef CLPOOL_NO_LANES16
+    if (channels_inner == 16) { /* a CPU: input row e.h of image e.n */
+        e.n = split_row(get_global_id(2), H, &e.h);
+        adaptive_max_gather_row16(grad_out + AT(grad_out, e.n, 0, 0, 0),
+                                  indices + AT(indices, e.n, 0, 0, 0), grad_x,
+                                  AT_OUT(grad_x, e.n, 0, e.h, 0), grad_x_sw, row16_channels(C),
+                                  H, W, OH, OW, e.h, grad_out_sh, grad_out_sw, indices_sh,
+                                  indices_sw);
+        return;
+    }
+#endif
     if (!strided_item(&e, C, H, W, channels_inner))
         return;
     int oh0, oh1, ow0, ow1;

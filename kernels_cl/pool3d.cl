@@ -596,9 +596,71 @@ inline pos_t first_tap3d(int2 ti, int2 tj, int2 tk, int ds, int hs, int ws, int 
     return ((pos_t)(ds + ti.x * dd) * H + hs + tj.x * dh) * W + ws + tk.x * dw;
 }
 
+#ifndef CLPOOL_NO_LANES16
+/* A CPU's channels-last max pooling (channels_inner == 16, plane.h): the max and index of
+ * each window of an output row whose windows start at (ds, hs), 16 channels at a time,
+ * the taps in (d, h, w) window order (FOLD_MAX16, from the first tap inside the volume,
+ * as FOLD_LANE). */
+inline void max_row3d16(__global const elem_t *xp, __global elem_t *out,
+                        __global index_t *indices, long at, long out_sw, int2 ch, int D, int H,
+                        int W, int OW, int ds, int hs, int kd, int kh, int kw, int sw, int pw,
+                        int dd, int dh, int dw, long x_sd, long x_sh, long x_sw)
+{
+    int2 ti = taps_within(ds, kd, dd, D), tj = taps_within(hs, kh, dh, H);
+    for (int ow = 0; ow < OW; ++ow, at += out_sw) {
+        int ws = ow * sw - pw;
+        int2 tk = taps_within(ws, kw, dw, W);
+        pos_t first = first_tap3d(ti, tj, tk, ds, hs, ws, dd, dh, dw, H, W);
+        for (int c = ch.x; c < ch.y; c += 16) {
+            acc16_t best = -INFINITY;
+            pos16_t best_i = first;
+            for (int i = ti.x; i < ti.y; ++i)
+                for (int j = tj.x; j < tj.y; ++j)
+                    for (int k = tk.x; k < tk.y; ++k) {
+                        int d = ds + i * dd, h = hs + j * dh, w = ws + k * dw;
+                        long tap = (long)d * x_sd + (long)h * x_sh + (long)w * x_sw;
+                        acc16_t v = LOAD16(xp, tap + c);
+                        FOLD_MAX16(best, best_i, v, ((pos_t)d * H + h) * W + w)
+                    }
+            STORE16(out, at + c, best);
+#ifndef CLPOOL_NO_INDICES
+            STORE_INDEX16(indices, at + c, best_i);
+#endif
+        }
+    }
+}
+
+/* The gradient of each element of input row (d, h), 16 channels at a time: the gradients
+ * of the windows that can contain it whose index names it, added in output order. */
+inline void max_gather_row3d16(__global const elem_t *gp, __global const index_t *ip,
+                               __global elem_t *grad_x, long at, long out_sw, int2 ch, int W,
+                               long self, window_range rd, window_range rh, int sw, int pw,
+                               int span_w, int OW, long g_sd, long g_sh, long g_sw, long i_sd,
+                               long i_sh, long i_sw)
+{
+    for (int w = 0; w < W; ++w, at += out_sw, ++self) {
+        window_range rw = windows_reaching(w, 1, W, sw, pw, span_w, OW);
+        for (int c = ch.x; c < ch.y; c += 16) {
+            acc16_t g = 0;
+            for (int od = rd.first; od < rd.end; ++od)
+                for (int oh = rh.first; oh < rh.end; ++oh)
+                    for (int ow = rw.first; ow < rw.end; ++ow) {
+                        long o = (long)od * g_sd + (long)oh * g_sh + (long)ow * g_sw;
+                        acc16_t v = LOAD16(gp, o + c);
+                        o = (long)od * i_sd + (long)oh * i_sh + (long)ow * i_sw;
+                        index16_t i = vload16(0, ip + o + c);
+                        g += select((acc16_t)0, v, ACC16_MASK(i == (index_t)self));
+                    }
+            STORE16(grad_x, at + c, g);
+        }
+    }
+}
+#endif
+
 /* max_pool3d_forward for an input of any strides, the results (and indices, of the same
  * strides) through out's strides: the taps in (d, h, w) window order inside the volume;
- * indices stay flat in the (D, H, W) volume. */
+ * indices stay flat in the (D, H, W) volume. A CPU takes a row of outputs, 16 channels a
+ * lane, with channels_inner == 16 (max_row3d16). */
 __kernel void max_pool3d_forward_strided(__global const elem_t *restrict x,
                                          __global elem_t *restrict out,
                                          __global index_t *restrict indices,
@@ -606,6 +668,16 @@ __kernel void max_pool3d_forward_strided(__global const elem_t *restrict x,
 {
     FIX_WINDOW3D();
     FIX_DILATION3D();
+#ifndef CLPOOL_NO_LANES16
+    if (channels_inner == 16) { /* a CPU: output row (od, oh) of image n */
+        SPLIT_ROW(get_global_id(2), OH, nd, oh);
+        SPLIT_ROW(nd, OD, n, od);
+        max_row3d16(x + AT3D(x, n, 0, 0, 0, 0), out, indices, AT3D_OUT(out, n, 0, od, oh, 0),
+                    out_sw, row16_channels(C), D, H, W, OW, od * sd - pd, oh * sh - ph, kd, kh,
+                    kw, sw, pw, dd, dh, dw, x_sd, x_sh, x_sw);
+        return;
+    }
+#endif
     STRIDED_VOXEL(o, C, OD, OH, OW);
     int lanes = lanes_of(channels_inner);
     __global const elem_t *xp = x + AT3D(x, o.n, o.c, 0, 0, 0);
@@ -645,7 +717,7 @@ __kernel void max_pool3d_forward_strided(__global const elem_t *restrict x,
 /* max_pool3d_backward for grad_out and indices of any strides, grad_x through its own: an
  * input element gathers, in ascending output order, grad_out over the windows that can
  * contain it and whose index names it (an index naming no element of the volume matches
- * nothing). */
+ * nothing); a CPU a row of them, 16 channels a lane, with channels_inner == 16. */
 __kernel void max_pool3d_backward_strided(__global const elem_t *restrict grad_out,
                                           __global const index_t *restrict indices,
                                           __global elem_t *restrict grad_x,
@@ -654,6 +726,21 @@ __kernel void max_pool3d_backward_strided(__global const elem_t *restrict grad_o
 {
     FIX_WINDOW3D();
     FIX_DILATION3D();
+#ifndef CLPOOL_NO_LANES16
+    if (channels_inner == 16) { /* a CPU: input row (d, h) of image n */
+        SPLIT_ROW(get_global_id(2), H, nd, h);
+        SPLIT_ROW(nd, D, n, d);
+        window_range rd = windows_reaching(d, 1, D, sd, pd, (kd - 1) * dd + 1, OD),
+                     rh = windows_reaching(h, 1, H, sh, ph, (kh - 1) * dh + 1, OH);
+        max_gather_row3d16(grad_out + AT3D(grad_out, n, 0, 0, 0, 0),
+                           indices + AT3D(indices, n, 0, 0, 0, 0), grad_x,
+                           AT3D_OUT(grad_x, n, 0, d, h, 0), grad_x_sw, row16_channels(C), W,
+                           ((long)d * H + h) * W, rd, rh, sw, pw, (kw - 1) * dw + 1, OW,
+                           grad_out_sd, grad_out_sh, grad_out_sw, indices_sd, indices_sh,
+                           indices_sw);
+        return;
+    }
+#endif
     STRIDED_VOXEL(e, C, D, H, W);
     int lanes = lanes_of(channels_inner);
     __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);

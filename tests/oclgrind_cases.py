@@ -24,9 +24,10 @@ adaptive_avg_pool2d_band (bands of 16 or more rows), adaptive_avg_pool2d_global 
 1x1), the `_plane` kernels of max and average pooling and adaptive_avg_pool2d_plane (the
 CPU kernels: the max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAPTIVE), the
 `_strided` kernels (non-contiguous device arrays, and channels-last numpy arrays: the
-nhwc/ cases, a CPU's rows of 16 channels too; the 3-D ones on channels-last-3d numpy
-arrays and strided 5-D device arrays: the ndhwc/ cases), clpool_contiguous (launched
-directly, and by the adaptive max ops on strided 5-D arrays), adaptive_max_pool_forward
+nhwc/ cases, a CPU's rows of 16 channels too, adaptive max pooling's; the 3-D ones on
+channels-last-3d numpy arrays and strided 5-D device arrays, a CPU's rows of 16 channels
+for max pooling: the ndhwc/ cases), clpool_contiguous (launched directly, and by the
+adaptive max ops on strided 1-D and 3-D arrays), adaptive_max_pool_forward
 (with and without indices, int32 and int64) and adaptive_max_pool_backward and its
 `_plane` twin (including indices outside the volume),
 max_unpool_clear/claim/scatter/gather (unpool_cases) and the 3-D kernels of pool3d.cl
@@ -335,6 +336,14 @@ def nhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("nhwc/adaptive_avg_pool2d_backward/lanes16",
            _as_cpu(lambda: clpool.adaptive_avg_pool2d_backward(gc16, x16)),
            lambda: ref.adaptive_avg_pool2d_backward(gc16, x16))
+    yield ("nhwc/adaptive_max_pool2d/lanes16",
+           _as_cpu(lambda: clpool.adaptive_max_pool2d(x16, (3, 2), True)),
+           lambda: ref.adaptive_max_pool_nd(x16, (3, 2), 2))
+    _, im16 = ref.adaptive_max_pool_nd(x16, (3, 2), 2)
+    yield ("nhwc/adaptive_max_pool2d_backward/lanes16",
+           _as_cpu(lambda: clpool.adaptive_max_pool2d_backward(gc16, x16,
+                                                               stored_channels_last(im16))),
+           lambda: ref.adaptive_max_pool_backward(gc16, x16, im16, 2))
     yield ("nhwc/adaptive_avg_pool2d/lanes4", lambda: clpool.adaptive_avg_pool2d(x4, (3, 2)),
            lambda: ref.adaptive_avg_pool2d(x4, (3, 2)))
     yield ("nhwc/adaptive_avg_pool2d/global",
@@ -821,6 +830,17 @@ def ndhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
         yield (f"ndhwc/adaptive_avg_pool3d_backward/c{c}",
                lambda g=gd, x=x: clpool.adaptive_avg_pool3d_backward(g, x),
                lambda g=gd, x=x: ref.adaptive_avg_pool3d_backward(g, x))
+    # a CPU's rows of 16 channels a lane (max pooling)
+    x = stored_channels_last(_data((2, 16, 3, 3, 4), dtype, 1240, ties=True))
+    out, idx = ref.max_pool3d_with_indices(x, *win)
+    g = stored_channels_last(_data(out.shape, dtype, 1241))
+    yield ("ndhwc/max_pool3d_with_indices/lanes16",
+           _as_cpu(lambda: clpool.max_pool3d_with_indices(x, *win)),
+           lambda: ref.max_pool3d_with_indices(x, *win))
+    yield ("ndhwc/max_pool3d_with_indices_backward/lanes16",
+           _as_cpu(lambda: clpool.max_pool3d_with_indices_backward(
+               g, x, *win, indices=stored_channels_last(idx))),
+           lambda: ref.max_pool3d_with_indices_backward(g, x, idx, *win))
     queue = discovery.runtime(discovery.select()).queue
     host = _data((1, 2, 2, 3, 8), dtype, 1240)
     view = cla.to_device(queue, host)[..., ::2]

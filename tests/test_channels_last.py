@@ -335,7 +335,7 @@ def test_backward_kernels_launched_for_channels_last_arrays(launched, enqueued):
 
 @pytest.mark.parametrize("channels", [8, 32, 272])
 def test_a_cpu_takes_rows_of_16_channels_where_they_divide_c(channels, monkeypatch):
-    """On a CPU the max, average and adaptive average ops' _strided kernels run one
+    """On a CPU the max, average and adaptive ops' _strided kernels run one
     work-item per row of an image (16 channels a lane, plane.h, in runs of up to 256) where
     16 divides C; else 4 channels of a pixel."""
     sizes = []
@@ -353,8 +353,10 @@ def test_a_cpu_takes_rows_of_16_channels_where_they_divide_c(channels, monkeypat
         clpool.avg_pool2d_backward(g, x, 3, 2, 1)
         clpool.adaptive_avg_pool2d(x, (4, 5))
         clpool.adaptive_avg_pool2d_backward(g, x)
+        _, idx = clpool.adaptive_max_pool2d(x, (4, 5), True)
+        clpool.adaptive_max_pool2d_backward(g, x, idx)
         clpool.adaptive_avg_pool2d(x, 1)  # a 1 x 1 output: C-contiguous too
-    rows = [2 * 4, 2 * 7] * 3  # the outputs' rows, the inputs' rows
+    rows = [2 * 4, 2 * 7] * 4  # the outputs' rows, the inputs' rows
     if channels % 16 == 0:
         assert sizes == [(-(-channels // 256), 1, r) for r in [*rows, 2]]
     else:

@@ -16,7 +16,7 @@ from pool_cases import assert_close, check_result, data, default_queue, results,
 
 import clpool  # noqa: E402
 import clpool.torch as ct  # noqa: E402
-from clpool import policy  # noqa: E402
+from clpool import launch, policy  # noqa: E402
 from clpool.shapes import stored_channels_last  # noqa: E402
 
 CL3 = torch.channels_last_3d
@@ -72,7 +72,9 @@ def _check(got, want: torch.Tensor, exact: bool) -> None:
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("channels", [5, 8])  # 8: 4 channels per work-item
+# 8: 4 channels per work-item; 16 and 272: a CPU's rows of 16 channels (max pooling; 272: two
+# runs of channels)
+@pytest.mark.parametrize("channels", [5, 8, 16, 272])
 @pytest.mark.parametrize("kind", ["array", "numpy", "tensor"])
 @pytest.mark.parametrize("case", FORWARD)
 def test_forward_channels_last_3d_matches_torch(case, kind, channels, dtype):
@@ -106,7 +108,7 @@ def _backward_cases(t: torch.Tensor):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("channels", [5, 8])
+@pytest.mark.parametrize("channels", [5, 8, 16, 272])  # as the forward's
 @pytest.mark.parametrize("kind", ["array", "numpy", "tensor"])
 @pytest.mark.parametrize("formats", ["cl-cl", "cl-grad", "cl-input"])
 def test_backward_channels_last_3d_matches_aten(formats, kind, channels, dtype):
@@ -230,6 +232,26 @@ def test_a_channels_last_3d_input_launches_only_the_op_kernels(kind, launched, e
     assert enqueued == want
 
 
+@pytest.mark.parametrize("channels", [8, 32, 272])
+def test_a_cpu_takes_rows_of_16_channels_for_max_pooling(channels, monkeypatch):
+    """On a CPU max_pool3d and its backward run one work-item per row of an image (16
+    channels a lane, in runs of up to 256) where 16 divides C; else 4 channels of a
+    voxel."""
+    sizes = []
+    run = launch.run
+    monkeypatch.setattr(launch, "run", lambda plan, *a: (
+        sizes.extend(s.global_size for s in plan.steps), run(plan, *a))[1])  # fmt: skip
+    x = _tensor(18, (2, channels, 4, 6, 7), special=False).numpy()
+    with policy.use(gpu=False):
+        out, idx = clpool.max_pool3d_with_indices(x, 3, 2, 1)
+        clpool.max_pool3d_with_indices_backward(out, x, 3, 2, 1, indices=idx)
+    rows = [2 * 2 * 3, 2 * 4 * 6]  # the output's rows, the input's
+    if channels % 16 == 0:
+        assert sizes == [(-(-channels // 256), 1, r) for r in rows]
+    else:
+        assert [s[0] for s in sizes] == [channels // 4] * 2
+
+
 def test_gpu_policy_and_constant_windows_give_the_sameresults():
     """The _strided kernels built as a GPU would build them, and with the window sizes as
     arguments: the same values and indices."""
@@ -243,7 +265,7 @@ def test_gpu_policy_and_constant_windows_give_the_sameresults():
 
 
 @pytest.mark.parametrize("index_dtype", ["int32", "int64"])
-@pytest.mark.parametrize("channels", [3, 4])
+@pytest.mark.parametrize("channels", [3, 4, 16])
 def test_windows_of_minus_infinity_and_nan_and_int32_indices(channels, index_dtype):
     """Windows whose every tap is -inf take the index of their first tap inside the volume;
     a NaN wins with its index (the last NaN); each channel on its own; int32 indices too,
@@ -272,13 +294,14 @@ def test_windows_of_minus_infinity_and_nan_and_int32_indices(channels, index_dty
         _check(back, ref, exact=True)
 
 
+@pytest.mark.parametrize("channels", [8, 16])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_16_bit_channels_last_3d(dtype):
+def test_16_bit_channels_last_3d(dtype, channels):
     """16-bit storage: torch's float32 result rounded once (torch CPU has no 16-bit
     avg_pool3d), max pooling bit for bit, in torch's memory format."""
     if dtype == "bfloat16":
         pytest.importorskip("ml_dtypes")
-    t = _tensor(14, (2, 8, 4, 5, 6), special=False).to(getattr(torch, dtype))
+    t = _tensor(14, (2, channels, 4, 5, 6), special=False).to(getattr(torch, dtype))
     with policy.use(fp16_storage=True):
         for case in ("max-ceil", "avg-exclude-pad", "adaptive"):
             ours, theirs = FORWARD[case]
