@@ -45,6 +45,9 @@ CPU_ROWS |= {"avg_pool2d_forward_strided", "avg_pool2d_backward_strided"}
 CPU_ROWS |= {"adaptive_avg_pool2d_forward_strided", "adaptive_avg_pool2d_backward_strided"}
 CPU_ROWS |= {"adaptive_max_pool2d_forward_strided", "adaptive_max_pool2d_backward_strided"}
 CPU_ROWS |= {"max_pool3d_forward_strided", "max_pool3d_backward_strided"}  # (pool3d.py)
+# ... whose results may have any channel stride (the rest store 16 contiguous channels)
+CPU_ROWS_ANY_OUTPUT = {"avg_pool3d_backward_strided"}
+CPU_ROWS |= CPU_ROWS_ANY_OUTPUT
 # the SOURCES that hold them
 TILED_FAMILIES = ("max", "avg", "pool3d", "adaptive", "adaptive_max")
 # Work-items along a row of a work-group: 64 keeps a row's loads in one or two cache lines
@@ -214,10 +217,7 @@ class Planner:
         # their inputs as they are (no copies then).
         self.as_is = False
         self.strides = [element_strides(a) for a in self.arrays]
-        self.strided = any(
-            not c_contiguous(a.shape, s) or getattr(a, "offset", 0)
-            for a, s in zip(self.arrays, self.strides, strict=True)
-        )
+        self.strided = any(map(self.strided_input, range(len(self.arrays))))
         problem = dtype_problem(self.dtype, self.rt.device)
         if problem:
             raise Problem(UnsupportedDtypeError, problem)
@@ -230,6 +230,11 @@ class Planner:
         self.by_plane = False
         self.steps: list[kernels.Launch] = []
         self.outputs: list[Output] = []
+
+    def strided_input(self, i: int) -> bool:
+        """Whether input `i` is not C-contiguous from offset 0 (on the device)."""
+        a = self.arrays[i]
+        return not c_contiguous(a.shape, self.strides[i]) or bool(getattr(a, "offset", 0))
 
     def specialize(
         self,

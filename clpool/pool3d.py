@@ -175,8 +175,9 @@ def _step_strided(
     reading input i through its strides as view `v` for each `v: i` of `views`: the
     work-items walk the channels innermost where any view or that output has them
     contiguous (coalesced), 4 channels each where all do and they divide C; on a CPU, for
-    a kernel of plans.CPU_ROWS where 16 divides C, a row of an image each, 16 channels a
-    lane."""
+    a kernel of plans.CPU_ROWS where 16 divides C and the views' channels are contiguous
+    (and the output's, unless plans.CPU_ROWS_ANY_OUTPUT), a row of an image each, 16
+    channels a lane."""
     out = p.outputs[0]
     pad = (1,) * (5 - len(out.shape))
     n, c, d, h, w = pad + out.shape
@@ -191,9 +192,11 @@ def _step_strided(
     inner = c > 1 and 1 in channels
     lanes = 4 if inner and set(channels) == {1} and c % 4 == 0 else 1
     geometry = (c // lanes, w, n * d * h) if inner else (w, h, n * c * d)
-    if lanes == 4 and c % 16 == 0 and not p.gpu and name in plans.CPU_ROWS and p.lanes16():
-        # a CPU's rows of an image, their channels in runs of up to 256 (clpool.h)
-        lanes, geometry = 16, (-(-c // 256), 1, n * d * h)
+    # a CPU's rows of an image, their channels in runs of up to 256 (clpool.h)
+    rows16 = c % 16 == 0 and set(channels[1:]) == {1} and not p.gpu and name in plans.CPU_ROWS
+    rows16 = rows16 and (channels[0] == 1 or name in plans.CPU_ROWS_ANY_OUTPUT)
+    if rows16 and p.lanes16():
+        inner, lanes, geometry = True, 16, (-(-c // 256), 1, n * d * h)
     if geometry[2] >= 2**32:  # rows split in 64 bits
         p.options = tuple(o for o in p.options if o != "-DCLPOOL_ROWS32")
     sizes, local = plans.ndrange(p.rt.device, *geometry)
@@ -405,6 +408,7 @@ def _plan_avg_backward(
     )
     shapes.expect_shape("grad_output", grad.shape, x.shape[:-3] + win.out)
     _volumes(p, dhw, win.out)
+    p.strided = p.strided_input(0)  # x: its shape only (the result C-contiguous, as ATen's)
     p.output("grad_x", x.shape)
     d, h, w = dhw
     volumes = None if p.strided else n * c
@@ -491,6 +495,7 @@ def _plan_adaptive_backward(
     out = tuple(grad.shape[-3:])
     _volumes(p, dhw, out)
     p.cell_bounds(*dhw, *out)
+    p.strided = p.strided_input(0)  # x: its shape only (the result C-contiguous, as ATen's)
     p.output("grad_x", x.shape)
     d, h, w = dhw
     _specialize(p, n * c * d)

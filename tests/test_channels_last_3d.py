@@ -232,11 +232,31 @@ def test_a_channels_last_3d_input_launches_only_the_op_kernels(kind, launched, e
     assert enqueued == want
 
 
+@pytest.mark.parametrize("kind", ["array", "numpy"])
+def test_a_contiguous_gradient_of_a_channels_last_input_runs_the_contiguous_kernels(
+    kind, launched
+):
+    """The 3-D average backward ops read grad_output alone (the input gives its shape) and
+    give C-contiguous results, as ATen's: autograd's C-contiguous grad_output of a
+    channels_last_3d input runs the contiguous kernels, not the _strided ones."""
+    t = _tensor(19, (2, 16, 4, 6, 7), special=False)
+    rng = np.random.default_rng(2)
+    g = torch.from_numpy(data(rng, tuple(F.avg_pool3d(t, 2, 1, 1).shape)))
+    got = clpool.avg_pool3d_backward(_as(kind, g), _as(kind, t), 2, 1, 1)
+    _check(got, aten.avg_pool3d_backward(g, t, [2] * 3, [1] * 3, [1] * 3, False, True, None),
+           exact=False)  # fmt: skip
+    g = torch.from_numpy(data(rng, (2, 16, 3, 5, 4)))
+    got = clpool.adaptive_avg_pool3d_backward(_as(kind, g), _as(kind, t))
+    _check(got, aten._adaptive_avg_pool3d_backward(g, t), exact=False)
+    names = [name for name, _ in launched]
+    assert len(names) == 2 and not any(n.endswith("_strided") for n in names), names
+
+
 @pytest.mark.parametrize("channels", [8, 32, 272])
 def test_a_cpu_takes_rows_of_16_channels_for_max_pooling(channels, monkeypatch):
-    """On a CPU max_pool3d and its backward run one work-item per row of an image (16
-    channels a lane, in runs of up to 256) where 16 divides C; else 4 channels of a
-    voxel."""
+    """On a CPU max_pool3d and its backward, and avg_pool3d_backward (whose gradient is
+    C-contiguous), run one work-item per row of an image (16 channels a lane, in runs of
+    up to 256) where 16 divides C; else 4 channels of a voxel (max pooling)."""
     sizes = []
     run = launch.run
     monkeypatch.setattr(launch, "run", lambda plan, *a: (
@@ -245,11 +265,12 @@ def test_a_cpu_takes_rows_of_16_channels_for_max_pooling(channels, monkeypatch):
     with policy.use(gpu=False):
         out, idx = clpool.max_pool3d_with_indices(x, 3, 2, 1)
         clpool.max_pool3d_with_indices_backward(out, x, 3, 2, 1, indices=idx)
-    rows = [2 * 2 * 3, 2 * 4 * 6]  # the output's rows, the input's
+        clpool.avg_pool3d_backward(out, x, 3, 2, 1)
+    rows = [2 * 2 * 3, 2 * 4 * 6, 2 * 4 * 6]  # the output's rows, the input's
     if channels % 16 == 0:
         assert sizes == [(-(-channels // 256), 1, r) for r in rows]
     else:
-        assert [s[0] for s in sizes] == [channels // 4] * 2
+        assert [s[0] for s in sizes[:2]] == [channels // 4] * 2
 
 
 def test_gpu_policy_and_constant_windows_give_the_sameresults():

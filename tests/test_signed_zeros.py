@@ -42,6 +42,10 @@ def _tiny(dtype: torch.dtype) -> float:
     return -(2.0**-149) if dtype == torch.float32 else -(2.0**-1074)
 
 
+def _format(dims: int) -> torch.memory_format:
+    return torch.channels_last if dims == 2 else torch.channels_last_3d
+
+
 def _input(dims: int, layout: str, dtype: torch.dtype) -> torch.Tensor:
     """[2, 4, 6...] ([2, 3, 6...]: _c3; [2, 16, 6...]: _c16, a CPU's rows of 16 channels
     a lane) with the smallest negative subnormal at every fourth element of a row, zeros
@@ -53,7 +57,7 @@ def _input(dims: int, layout: str, dtype: torch.dtype) -> torch.Tensor:
     x = torch.zeros((2, channels, *spatial[:-1], spatial[-1] * (2 if wide else 1)), dtype=dtype)
     x[..., :: 8 if wide else 4] = _tiny(dtype)
     if "channels_last" in layout:
-        x = x.contiguous(memory_format=torch.channels_last if dims == 2 else torch.channels_last_3d)
+        x = x.contiguous(memory_format=_format(dims))
     if layout == "transposed":
         return x.transpose(-1, -2) if dims > 1 else x.transpose(0, 1)
     return x[..., ::2] if wide else x
@@ -76,6 +80,8 @@ def test_zero_averages_have_pytorchs_sign(device, op, dims, kwargs, path, dtype)
         want = x.clone().requires_grad_()
         y = getattr(torch.nn.functional, op)(want, **kwargs)
         g = torch.full(y.shape, _tiny(dtype), dtype=dtype)
+        if "channels_last" in layout:  # grad_output channels-last too (3-D averages' is not)
+            g = g.contiguous(memory_format=_format(dims))
         y.backward(g)
         got = x.clone().requires_grad_()
         with policy.use(**PATHS[path]):
