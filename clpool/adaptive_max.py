@@ -2,8 +2,10 @@
 ops. One forward and one backward kernel over (D, H, W) volumes serve every rank: 2-D runs
 with D = 1, 1-D with D = H = 1 (and on a CPU, for float32 and float64, a backward kernel
 of a plane per work-item); on a GPU, equal cells tiling a plane run max_pool2d's kernels
-with that window. Indices are flat in the input plane or volume:
-(d * H + h) * W + w, as ATen's."""
+with that window. A 2-D input of other strides (channels-last) is read as it is by the
+_strided kernels (max_pool2d's for equal cells) and gives a result in its memory format;
+1-D and 3-D ones are copied C-contiguous first. Indices are flat in the input plane or
+volume: (d * H + h) * W + w, as ATen's."""
 
 from __future__ import annotations
 
