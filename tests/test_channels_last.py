@@ -43,14 +43,16 @@ FORWARD = {
                         lambda t: F.adaptive_avg_pool2d(t, 1)),
     "adaptive-max": (lambda a, **kw: clpool.adaptive_max_pool2d(a, (5, 4), True, **kw),
                      lambda t: F.adaptive_max_pool2d(t, (5, 4), True)),
+    "adaptive-max-values": (lambda a, **kw: clpool.adaptive_max_pool2d(a, (5, 4), **kw),
+                            lambda t: F.adaptive_max_pool2d(t, (5, 4))),
     # equal cells (1 x 3): max_pool2d's _strided kernel
     "adaptive-max-equal": (lambda a, **kw: clpool.adaptive_max_pool2d(a, (7, 3), True, **kw),
                            lambda t: F.adaptive_max_pool2d(t, (7, 3), True)),
 }  # fmt: skip
 # the _strided kernel each case's channels-last input runs
 FORWARD_KERNEL = {"max": "max_pool2d", "avg": "avg_pool2d", "adaptive": "adaptive_avg_pool2d",
-                  "adaptive-global": "adaptive_avg_pool2d",
-                  "adaptive-max": "adaptive_max_pool2d", "adaptive-max-equal": "max_pool2d"}
+                  "adaptive-global": "adaptive_avg_pool2d", "adaptive-max": "adaptive_max_pool2d",
+                  "adaptive-max-values": "adaptive_max_pool2d", "adaptive-max-equal": "max_pool2d"}
 EXACT = ("max", "adaptive-max")  # the cases that give max pooling's bits
 SHAPE = (2, 5, 7, 9)
 
