@@ -440,11 +440,10 @@ class Planner:
             ))  # fmt: skip
         scalars.update(zip((f"{out.slot}_sn", f"{out.slot}_sc", f"{out.slot}_sh",
                             f"{out.slot}_sw"), strides, strict=True))  # fmt: skip
-        channel_strides = {self.strides[i][-3] for i in views.values()} | {strides[1]}
-        # a CPU's rows of 16 channels a lane read and store channels as vectors: any output
-        # whose channels are contiguous (a 1 x 1 plane's too, C-contiguous as well)
-        rows16 = channel_strides == {1} and len(out.shape) == 4 and c % 16 == 0
-        if rows16 and not self.gpu and name in CPU_ROWS and self.lanes16():
+        view_strides = {self.strides[i][-3] for i in views.values()}
+        channel_strides = view_strides | {strides[1]}
+        # any output whose channels are contiguous (a 1 x 1 plane's too, C-contiguous as well)
+        if len(out.shape) == 4 and self.cpu_rows16(name, c, view_strides, strides[1]):
             # rows of an image, their channels in runs of up to 256 (clpool.h)
             inner, per_item, geometry = True, 16, (-(-c // 256), 1, n * h)
         else:
@@ -465,9 +464,20 @@ class Planner:
         )
         self.steps.append(launch)
 
-    def lanes16(self) -> bool:
-        """Whether this device's kernels may hold 16-lane vectors (quirks.py)."""
-        return "-DCLPOOL_NO_LANES16" not in quirks.options(self.rt.device)
+    def cpu_rows16(self, name: str, c: int, views: set[int], output: int) -> bool:
+        """Whether _strided kernel `name` runs a CPU's rows of an image, 16 channels a lane
+        (the 2-D and 3-D planners): a kernel of CPU_ROWS, 16 dividing the `c` channels,
+        channel strides of 1 in the `views` read, and in the `output` unless the kernel
+        stores any (CPU_ROWS_ANY_OUTPUT), on a device whose kernels may hold 16-lane
+        vectors (quirks.py)."""
+        return (
+            not self.gpu
+            and name in CPU_ROWS
+            and c % 16 == 0
+            and views == {1}
+            and (output == 1 or name in CPU_ROWS_ANY_OUTPUT)
+            and "-DCLPOOL_NO_LANES16" not in quirks.options(self.rt.device)
+        )
 
     def _copy(self, i: int, slot: str) -> kernels.Launch | None:
         """The copy of input `i` into a contiguous buffer, or None when it is one."""

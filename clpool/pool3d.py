@@ -193,9 +193,7 @@ def _step_strided(
     lanes = 4 if inner and set(channels) == {1} and c % 4 == 0 else 1
     geometry = (c // lanes, w, n * d * h) if inner else (w, h, n * c * d)
     # a CPU's rows of an image, their channels in runs of up to 256 (clpool.h)
-    rows16 = c % 16 == 0 and set(channels[1:]) == {1} and not p.gpu and name in plans.CPU_ROWS
-    rows16 = rows16 and (channels[0] == 1 or name in plans.CPU_ROWS_ANY_OUTPUT)
-    if rows16 and p.lanes16():
+    if p.cpu_rows16(name, c, set(channels[1:]), channels[0]):
         inner, lanes, geometry = True, 16, (-(-c // 256), 1, n * d * h)
     if geometry[2] >= 2**32:  # rows split in 64 bits
         p.options = tuple(o for o in p.options if o != "-DCLPOOL_ROWS32")

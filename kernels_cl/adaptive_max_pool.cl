@@ -215,9 +215,8 @@ inline void adaptive_max_gather_row16(__global const elem_t *gp, __global const 
             acc16_t g = 0;
             for (int oh = oh0; oh < oh1; ++oh)
                 for (int ow = ow0; ow < ow1; ++ow) {
-                    acc16_t v = LOAD16(gp, (long)oh * g_sh + (long)ow * g_sw + c);
-                    index16_t i = vload16(0, ip + (long)oh * i_sh + (long)ow * i_sw + c);
-                    g += select((acc16_t)0, v, ACC16_MASK(i == (index_t)self));
+                    g += named16(gp, (long)oh * g_sh + (long)ow * g_sw + c, ip,
+                                 (long)oh * i_sh + (long)ow * i_sw + c, self);
                 }
             STORE16(grad_x, at + c, g);
         }

@@ -261,6 +261,15 @@ inline void add_max_grad16(__global elem_t *xp, __global const index_t *ip,
 #define ACC16_MASK(m) convert_int16(m)
 #endif
 
+/* The 16 channels' gradients at gp[g ..], each where its index (ip[i ..]) names element
+ * `self`, else 0: a max backward's share of one window or cell. */
+inline acc16_t named16(__global const elem_t *gp, long g, __global const index_t *ip, long i,
+                       long self)
+{
+    index16_t at = vload16(0, ip + i);
+    return select((acc16_t)0, LOAD16(gp, g), ACC16_MASK(at == (index_t)self));
+}
+
 /* The max (and index) of each window of the output row whose windows start at row hs:
  * its taps inside the plane in row-major window order (FOLD_MAX16), the first tap's index
  * where every tap is -inf, -1 where no tap is inside. */
@@ -312,9 +321,8 @@ inline void max_gather_row16(__global const elem_t *gp, __global const index_t *
                 for (int ow = wc.first; ow < wc.end; ++ow) {
                     if (!INSIDE(w - (ow * sw - pw), span_w))
                         continue;
-                    acc16_t v = LOAD16(gp, (long)oh * g_sh + (long)ow * g_sw + c);
-                    index16_t i = vload16(0, ip + (long)oh * i_sh + (long)ow * i_sw + c);
-                    g += select((acc16_t)0, v, ACC16_MASK(i == (index_t)self));
+                    g += named16(gp, (long)oh * g_sh + (long)ow * g_sw + c, ip,
+                                 (long)oh * i_sh + (long)ow * i_sw + c, self);
                 }
             STORE16(grad_x, at + c, g);
         }

@@ -645,11 +645,9 @@ inline void max_gather_row3d16(__global const elem_t *gp, __global const index_t
             for (int od = rd.first; od < rd.end; ++od)
                 for (int oh = rh.first; oh < rh.end; ++oh)
                     for (int ow = rw.first; ow < rw.end; ++ow) {
-                        long o = (long)od * g_sd + (long)oh * g_sh + (long)ow * g_sw;
-                        acc16_t v = LOAD16(gp, o + c);
-                        o = (long)od * i_sd + (long)oh * i_sh + (long)ow * i_sw;
-                        index16_t i = vload16(0, ip + o + c);
-                        g += select((acc16_t)0, v, ACC16_MASK(i == (index_t)self));
+                        long go = (long)od * g_sd + (long)oh * g_sh + (long)ow * g_sw;
+                        long io = (long)od * i_sd + (long)oh * i_sh + (long)ow * i_sw;
+                        g += named16(gp, go + c, ip, io + c, self);
                     }
             STORE16(grad_x, at + c, g);
         }
