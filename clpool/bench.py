@@ -19,7 +19,7 @@ import pyopencl.array as cla
 
 import clpool
 
-from . import __version__, adopt, bfloat16, kernels, ops, shapes
+from . import __version__, adopt, bfloat16, kernels, launch, ops, shapes
 from .discovery import Runtime
 
 if TYPE_CHECKING:
@@ -229,11 +229,7 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
 def _device_array(rt: Runtime, a: np.ndarray, layout: str) -> cla.Array:
     """`a` on the device, laid out NCHW or channels-last (`layout` "nhwc": NHWC, NDHWC)."""
     if layout == "nhwc":
-        order = (0, *range(2, a.ndim), 1)  # the channels innermost
-        last = cla.to_device(rt.queue, np.ascontiguousarray(a.transpose(order)))
-        # pyopencl's Array.transpose has no annotations
-        back = tuple(int(i) for i in np.argsort(order))
-        return cast(cla.Array, last.transpose(back))  # type: ignore[no-untyped-call]
+        return launch.channels_last_array(rt.queue, a)
     return cla.to_device(rt.queue, a)
 
 

@@ -83,6 +83,18 @@ def view(a: cla.Array, shape: tuple[int, ...], strides: tuple[int, ...]) -> cla.
                      strides=strides, events=a.events)  # fmt: skip
 
 
+def channels_last_array(
+    queue: cl.CommandQueue, a: np.ndarray, pool: cl_tools.MemoryPool | None = None
+) -> cla.Array:
+    """Host array `a` (N, C, ...) on the device with its channels innermost (NHWC memory,
+    NDHWC for 5-D), as a view of `a`'s shape."""
+    order = (0, *range(2, a.ndim), 1)
+    dense = cla.to_device(queue, np.ascontiguousarray(a.transpose(order)), allocator=pool)
+    back = tuple(int(i) for i in np.argsort(order))
+    # pyopencl's Array.transpose has no annotations
+    return cast(cla.Array, dense.transpose(back))  # type: ignore[no-untyped-call]
+
+
 def _upload(
     queue: cl.CommandQueue, value: object, pool: cl_tools.MemoryPool | None, as_is: bool
 ) -> cla.Array:
@@ -92,12 +104,7 @@ def _upload(
     try:
         a = plans.host_array(value)
         if as_is and plans.uploads_nhwc(a):
-            order = (0, *range(2, a.ndim), 1)  # the channels innermost (NHWC, NDHWC)
-            nhwc = np.ascontiguousarray(a.transpose(order))
-            dense = cla.to_device(queue, nhwc, allocator=pool)
-            # pyopencl's Array.transpose has no annotations
-            back = tuple(int(i) for i in np.argsort(order))
-            return cast(cla.Array, dense.transpose(back))  # type: ignore[no-untyped-call]
+            return channels_last_array(queue, a, pool)
         a = np.ascontiguousarray(a)
     except MemoryError:
         nbytes = np.asarray(value).nbytes
