@@ -263,10 +263,10 @@ def avg_divisor(
     the kernels' int, else 0 (each window computes its own)."""
     if override:
         return override
-    if isinstance(win, Window):
-        k, s, p, out = (win.kh, win.kw), (win.sh, win.sw), (win.ph, win.pw), (win.oh, win.ow)
-    else:
+    if isinstance(win, Window3d):
         k, s, p, out = win.k, win.s, win.p, win.out
+    else:
+        k, s, p, out = (win.kh, win.kw), (win.sh, win.sw), (win.ph, win.pw), (win.oh, win.ow)
     axes = zip(out, s, p, k, size, strict=True)
     whole = all((o - 1) * st - pad + kk <= n + pad for o, st, pad, kk, n in axes)
     count = math.prod(k)
