@@ -123,7 +123,7 @@ def default_cases(
                 if op in ops_wanted
             ]
         if "max_unpool2d" in ops_wanted and i == 0:
-            cases.append(Case("max_unpool2d", s, dict(UNPOOL_WINDOW), dtype))
+            cases.append(Case("max_unpool2d", s, dict(UNPOOL_WINDOW), dtype, layout))
     n, c, h, w = ADAPTIVE_MAX_CASE[0] if shape is None else shape
     if cpu and shape is None:
         n = max(1, n // 4)

@@ -33,7 +33,11 @@ _AVG_SIZES = _ints(
     "divisor_override",
 )  # fmt: skip
 _ADAPTIVE_SIZES = _ints("H", "W", "OH", "OW")
-_UNPOOL_SIZES = (("IP", LONG), ("OP", LONG))  # unpool.cl: flat input and output planes
+# unpool.cl: flat input and output planes, and each array's view of them
+_UNPOOL_SIZES = (
+    ("IP", LONG), ("OP", LONG), ("C", INT),
+    *((f"{view}_{axis}", LONG) for view in ("in", "idx", "out") for axis in ("sn", "sc", "step")),
+)  # fmt: skip
 _UNPOOL_WINDOW_SIZES = _ints(
     "ID", "IH", "IW", "OD", "OH", "OW", "kd", "kh", "kw", "sd", "sh", "sw", "pd", "ph", "pw"
 )  # unpool.cl: the window gather's axes
@@ -147,6 +151,7 @@ for _name in ("max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward",
               "avg_pool2d_backward", "adaptive_avg_pool2d_backward"):  # fmt: skip
     _SIGNATURES[f"{_name}_plane"] = _SIGNATURES[_name]
 _SIGNATURES["adaptive_max_pool_backward_plane"] = _SIGNATURES["adaptive_max_pool_backward"]
+_SIGNATURES["max_unpool_tile_rows"] = _SIGNATURES["max_unpool_tile"]
 for _name in (
     "max_pool3d_forward",
     "max_pool3d_backward",

@@ -114,7 +114,7 @@ def _upload(
     return cla.to_device(queue, a, allocator=pool)
 
 
-def _get(a: cla.Array) -> np.ndarray:
+def to_host(a: cla.Array) -> np.ndarray:
     """Output `a` on the host, with its strides (a channels-last one, or any dense
     permutation of its axes, as its own bytes)."""
     if a.flags.c_contiguous:
@@ -167,4 +167,4 @@ def run(
     if event is not None:
         for a in outputs:
             a.add_event(event)
-    return [_get(a) for a in outputs] if plan.host and out is None else outputs
+    return [to_host(a) for a in outputs] if plan.host and out is None else outputs

@@ -95,10 +95,15 @@ def pow2_at_least(n: int) -> int:
 
 
 def ndrange(
-    device: cl.Device, cols: int, rows: int, planes: int
+    device: cl.Device, cols: int, rows: int, planes: int, planes_inner: bool = False
 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """Global and local sizes for a kernel with one work-item per (col, row, plane)."""
+    """Global and local sizes for a kernel with one work-item per (col, row, plane);
+    `planes_inner`: work-groups of neighbouring planes (as many as divide them, up to a
+    row group), for kernels whose neighbouring planes are neighbouring elements."""
     group = min(policy.current().group, device.max_work_group_size)
+    if planes_inner:
+        lz = min(planes & -planes, ROW_GROUP, group, device.max_work_item_sizes[2])
+        return (cols, rows, planes), (1, 1, 1 << (lz.bit_length() - 1))
     lx = min(pow2_at_least(cols), ROW_GROUP, group)
     ly = min(pow2_at_least(rows), max(1, group // lx))
     return (-(-cols // lx) * lx, -(-rows // ly) * ly, planes), (lx, ly, 1)
@@ -377,16 +382,23 @@ class Planner:
         sizes: tuple[int, ...],
         local: tuple[int, ...] | None = None,
         slots: dict[str, str] | None = None,
+        planes_inner: bool | int = False,
         **scalars: Any,
     ) -> None:
         """Launch kernel `name` over `sizes` (cols, rows, planes), each work-item taking
-        the call's tile, or over an explicit range with `local`; its other arguments are
-        `scalars`, and buffers filled from the call's slots (see kernels.bind)."""
+        the call's tile (neighbouring work-items on neighbouring planes where
+        `planes_inner`: see ndrange), or over an explicit range with `local`; its other
+        arguments are `scalars`, and buffers filled from the call's slots (see
+        kernels.bind)."""
         if local is None:
             cols, rows, planes = sizes
             per_item = self.cols if name in TILED else 1
             sizes, local = ndrange(
-                self.rt.device, -(-cols // per_item), -(-rows // self.rows), planes
+                self.rt.device,
+                -(-cols // per_item),
+                -(-rows // self.rows),
+                planes,
+                bool(planes_inner),
             )
         self.steps.append(kernels.bind(self.kernel(name, own=True), sizes, local, slots, **scalars))
 

@@ -118,12 +118,51 @@ def _host(a: object) -> np.ndarray | cla.Array:
     return a if isinstance(a, cla.Array) else plans.host_array(a)
 
 
+def plane_step(shape: tuple[int, ...], strides: tuple[int, ...], spatial: int) -> int | None:
+    """The elements between neighbouring positions of a plane (the `spatial` last axes) of
+    an array of `shape` and element `strides`, where its planes are dense (C-contiguous: 1,
+    channels-last: C), else None."""
+    axes = [(side, stride) for side, stride in zip(shape[-spatial:], strides[-spatial:],
+                                                     strict=True) if side != 1]  # fmt: skip
+    step = axes[-1][1] if axes else 1
+    span = step
+    for side, stride in reversed(axes):
+        if stride != span:
+            return None
+        span *= side
+    return step
+
+
+def _view(name: str, p: Planner, i: int | None, spatial: int) -> Scalars:
+    """unpool.cl's view `name` of input `i` (as the kernels read it: its own strides where
+    the plan reads the inputs as they are, else C-contiguous) or, where None, of the call's
+    first output."""
+    if i is None:
+        shape, strides = p.outputs[0].shape, tuple(s // p.outputs[0].dtype.itemsize
+                                                    for s in p.outputs[0].strides)  # fmt: skip
+    else:
+        shape = tuple(p.arrays[i].shape)
+        strides = p.strides[i] if p.as_is else plans.dense_strides(shape)
+    if len(shape) == spatial + 1:  # unbatched
+        shape, strides = (1, *shape), (0, *strides)
+    step = cast(int, plane_step(shape, strides, spatial))  # dense: the planner's choice
+    return {f"{name}_sn": strides[0], f"{name}_sc": strides[1], f"{name}_step": step}
+
+
 def _planner(where: Where, arrays: tuple[object, ...], spatial: int, window: Window,
              device: object, queue: cl.CommandQueue | None,
              backward: bool = False) -> tuple[Planner, tuple[int, ...], int, int, int]:  # fmt: skip
-    """The planner of an unpooling op, and _geometry of its input and indices."""
+    """The planner of an unpooling op, and _geometry of its input and indices. The plan
+    reads its inputs as they are where each one's planes are dense (C-contiguous or
+    channels-last, from offset 0), else copies them C-contiguous."""
     p = Planner(where, "unpool", device, arrays, queue)
-    for a in p.arrays:  # the planner's copies of strided device arrays are 4-D at most
+    read = (0, 2) if backward else (0, 1)
+    p.as_is = all(
+        plane_step(p.arrays[i].shape, p.strides[i], spatial) is not None
+        and not getattr(p.arrays[i], "offset", 0)
+        for i in read
+    )
+    for a in () if p.as_is else p.arrays:  # the planner's copies are 4-D at most
         if a.ndim > 4 and isinstance(a, cla.Array) and not (a.flags.c_contiguous and not a.offset):
             raise _bad("a strided 5-D device array is not supported: make it contiguous first")
     x, indices = p.arrays[1:3] if backward else p.arrays[:2]
@@ -182,12 +221,25 @@ def _plan_forward(
     writing each owner's window), or on a CPU one work-item per plane; or clear, claim and
     scatter's (inputs x and indices, outputs out, owner and flag)."""
     p, out_shape, planes, ip, op = _planner(where, arrays, spatial, window, device, queue)
-    p.output("out", out_shape)
+    p.output("out", out_shape, like=0 if spatial == 2 else None)  # ATen's formats
+    views = {**_view("in", p, 0, spatial), **_view("idx", p, 1, spatial)}
+    views.update(_view("out", p, None, spatial), IP=ip, OP=op, C=p.arrays[0].shape[-spatial - 1])
+    # a GPU's neighbouring work-items on neighbouring planes where those lie side by side
+    inner = p.gpu and views["out_sc"] == 1 and views["out_step"] > 1
     if not gather:
         p.output("owner", (planes * op,), np.dtype(np.int32))
         p.output("flag", (1,), np.dtype(np.int32))
-    if planes and op and gather and p.policy.by_plane(p.rt.device, p.dtype, planes):
-        p.step("max_unpool_plane", (planes,), local=(1,), IP=ip, OP=op)
+    c = views["C"]
+    last = all(views[f"{v}_sc"] == 1 and views[f"{v}_step"] == c for v in ("in", "idx", "out"))
+    if planes and op and gather and last and not p.gpu and _tiles(spatial, window):
+        # a CPU's channels-last tiles: rows of owners, each run of up to 256 channels
+        axes = _axes(tuple(p.arrays[0].shape[-spatial:]), out_shape[-spatial:], window)
+        p.options += (f"-DCLPOOL_UNPOOL_SH={axes['sh']}", f"-DCLPOOL_UNPOOL_SW={axes['sw']}")
+        sizes = {name: axes[name] for name in ("IH", "IW", "OH", "OW")}
+        rows = planes // c * -(-axes["OH"] // axes["sh"])
+        p.step("max_unpool_tile_rows", (-(-c // 256), 1, rows), (1, 1, 1), **views, **sizes)
+    elif planes and op and gather and p.policy.by_plane(p.rt.device, p.dtype, planes):
+        p.step("max_unpool_plane", (planes,), local=(1,), **views)
     elif planes and op and gather and _tiles(spatial, window):
         axes = _axes(tuple(p.arrays[0].shape[-spatial:]), out_shape[-spatial:], window)
         p.options += (f"-DCLPOOL_UNPOOL_SH={axes['sh']}", f"-DCLPOOL_UNPOOL_SW={axes['sw']}")
@@ -195,15 +247,16 @@ def _plan_forward(
         sizes = {name: axes[name] for name in ("IH", "IW", "OH", "OW")}
         rows = -(-axes["OH"] // axes["sh"])  # rows of owners, the last maybe of none
         columns = -(-axes["OW"] // axes["sw"])  # columns of owners, the last maybe of none
-        p.step("max_unpool_tile", (columns, rows, planes), IP=ip, OP=op, **sizes)
+        p.step("max_unpool_tile", (columns, rows, planes), planes_inner=inner, **views, **sizes)
     elif planes and op and gather:
         axes = _axes(tuple(p.arrays[0].shape[-spatial:]), out_shape[-spatial:], window)
         rows = axes["ID"] * axes["IH"]
-        p.step("max_unpool_window", (axes["IW"], rows, planes), IP=ip, OP=op, **axes)
+        p.step("max_unpool_window", (axes["IW"], rows, planes), planes_inner=inner, **views,
+               **axes)  # fmt: skip
     elif planes and op:
-        p.step("max_unpool_clear", (op, 1, planes), IP=ip, OP=op)
-        p.step("max_unpool_claim", (ip, 1, planes), IP=ip, OP=op)
-        p.step("max_unpool_scatter", (ip, 1, planes), IP=ip, OP=op)
+        p.step("max_unpool_clear", (op, 1, planes), planes_inner=inner, **views)
+        p.step("max_unpool_claim", (ip, 1, planes), planes_inner=inner, **views)
+        p.step("max_unpool_scatter", (ip, 1, planes), planes_inner=inner, **views)
     return p.plan("x", "indices", "flag") if gather else p.plan("x", "indices")
 
 
@@ -266,9 +319,12 @@ def _queue(
     return runtime(require(choose(device))).queue
 
 
-def _scratch(queue: cl.CommandQueue, shape: tuple[int, ...], dtype: npt.DTypeLike) -> cla.Array:
-    """An array the op writes, from the queue's memory pool; one larger than the device can
-    allocate is refused (as the planner refuses its outputs)."""
+def _scratch(
+    queue: cl.CommandQueue, shape: tuple[int, ...], dtype: npt.DTypeLike, last: bool = False
+) -> cla.Array:
+    """An array the op writes, from the queue's memory pool, C-contiguous or channels-last
+    (`last`); one larger than the device can allocate is refused (as the planner refuses
+    its outputs)."""
     nbytes = math.prod(shape) * np.dtype(dtype).itemsize
     if nbytes > queue.device.max_mem_alloc_size:
         raise _bad(
@@ -277,7 +333,8 @@ def _scratch(queue: cl.CommandQueue, shape: tuple[int, ...], dtype: npt.DTypeLik
         )
     in_order = not queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
     pool = launch.memory_pool(queue) if in_order else None
-    return cla.empty(queue, shape, np.dtype(dtype), allocator=pool)
+    strides = tuple(s * np.dtype(dtype).itemsize for s in plans.dense_strides(shape, last))
+    return cla.Array(queue, shape, np.dtype(dtype), strides=strides, allocator=pool)
 
 
 # _checked's result per call signature: the device's name, (output shape, planes, output
@@ -334,8 +391,10 @@ def _unpool(
         # device results of our own: the plan allocates them (no scratch arrays)
         mine = out is None and not host
         # out=: one Array (ops._run checks it); the runs on q give Arrays
+        # the plan's output format (_plan_forward): the input's for 2-D, as ATen's
+        last = spatial == 2 and shapes.channels_last(x.shape, plans.element_strides(x))
         got = cast(cla.Array | None, out) if out is not None or mine else _scratch(
-            q, out_shape, x.dtype)  # fmt: skip
+            q, out_shape, x.dtype, last)  # fmt: skip
         params = (spatial, window, device)
         bits = 2  # bit 2: an index outside its window, so clear, claim and scatter
         if gathers:
@@ -361,7 +420,7 @@ def _unpool(
         got = cast(cla.Array, got)  # bits start at 2: one of the runs above set it
         if not host:
             return got
-        result = got.get()
+        result = launch.to_host(got)
         return adopt.tensors([result], like)[0] if like is not None else result
 
 
@@ -447,8 +506,10 @@ def _plan_backward(
     )
     shapes.expect_shape("grad_output", p.arrays[0].shape, out_shape)
     p.output("grad_x", p.arrays[1].shape)
+    views = {**_view("in", p, None, spatial), **_view("idx", p, 2, spatial)}
+    views.update(_view("out", p, 0, spatial), IP=ip, OP=op, C=p.arrays[1].shape[-spatial - 1])
     if planes:
-        p.step("max_unpool_gather", (ip, 1, planes), IP=ip, OP=op)
+        p.step("max_unpool_gather", (ip, 1, planes), **views)
     return p.plan("grad_out", None, "indices")
 
 

@@ -10,17 +10,36 @@
 
 #include "clpool.h"
 
-/* The sizes every unpooling kernel takes: the input's and the output's plane sizes. */
+/* The sizes every unpooling kernel takes: the input's and the output's plane sizes, and
+ * where the planes lie in each array, read or written as it is. Plane p = n * C + c of
+ * view v (in: x or grad_x, idx: the indices, out: out or grad_out) starts at element
+ * n * v_sn + c * v_sc, and its position i lies i * v_step elements further: an array
+ * dense along the plane's axes (C-contiguous: v_step 1, v_sc the plane's size;
+ * channels-last: v_step C, v_sc 1, where neighbouring planes are neighbouring elements and
+ * the host puts neighbouring work-items on them on a GPU). */
 #define UNPOOL_SIZES                                                                \
-    long IP, long OP
+    long IP, long OP, int C, long in_sn, long in_sc, long in_step, long idx_sn,     \
+    long idx_sc, long idx_step, long out_sn, long out_sc, long out_step
 
-/* Declares the work-item's position i in its plane and the plane's first input and
- * output offsets (64-bit), and returns past the plane's `extent`. */
+/* Declares in0, idx0 and out0: where plane `plane` starts in each view. */
+#define UNPOOL_PLANE(plane)                                                         \
+    int c_;                                                                         \
+    long n_ = split_row((plane), C, &c_);                                           \
+    long in0 = n_ * in_sn + c_ * in_sc, idx0 = n_ * idx_sn + c_ * idx_sc;           \
+    long out0 = n_ * out_sn + c_ * out_sc;                                          \
+    (void)in0, (void)idx0, (void)out0
+/* Where position i of the work-item's plane lies in view in, idx or out. */
+#define IN_AT(i) (in0 + (long)(i) * in_step)
+#define IDX_AT(i) (idx0 + (long)(i) * idx_step)
+#define OUT_AT(j) (out0 + (long)(j) * out_step)
+
+/* Declares the work-item's position i in its plane (dimension 0) and the plane's starts
+ * (UNPOOL_PLANE, dimension 2), and returns past the plane's `extent`. */
 #define UNPOOL_ITEM(i, extent)                                                      \
     pos_t i = (pos_t)get_global_id(0);                                              \
     if ((long)i >= (extent))                                                        \
         return;                                                                     \
-    long in0 = PLANE_ID() * IP, out0 = PLANE_ID() * OP
+    UNPOOL_PLANE(get_global_id(2))
 
 /* The sizes of the window gather besides UNPOOL_SIZES: per axis (depth, height, width;
  * 1, 1, 0 on an axis the op lacks) the input's and the output's sides and the window's
@@ -57,8 +76,8 @@ __kernel void max_unpool_window(__global const elem_t *restrict x,
     if (ow >= IW || row >= ID * IH)
         return;
     int od = ID == 1 ? 0 : row / IH, oh = row - od * IH;
-    long in0 = PLANE_ID() * IP, out0 = PLANE_ID() * OP;
-    index_t at = indices[in0 + (long)row * IW + ow];
+    UNPOOL_PLANE(get_global_id(2));
+    index_t at = indices[IDX_AT(row * IW + ow)];
     if (at < 0 || (long)at >= OP) {
         atomic_or((volatile __global int *)flag, 1);
     } else {
@@ -76,21 +95,21 @@ __kernel void max_unpool_window(__global const elem_t *restrict x,
                 if (jd < 0 || jd >= d1 || jh < 0 || jh >= h1 || jw < 0 || jw >= w1)
                     continue;
                 int j = (jd * OH + jh) * OW + jw;
-                long found = -1; /* the candidates from the latest, as the later input wins */
+                int found = -1; /* the candidates from the latest, as the later input wins */
                 for (int bd = 0; bd < REACH(kd, sd); ++bd) /* inputs back along each axis */
                     for (int bh = 0; bh < REACH(kh, sh); ++bh)
                         for (int bw = 0; bw < REACH(kw, sw); ++bw) {
                             int cd = od - bd, ch = oh - bh, cw = ow - bw;
-                            long i = in0 + ((long)cd * IH + ch) * IW + cw;
+                            int i = (cd * IH + ch) * IW + cw;
                             if (found < 0 && cd >= 0 && ch >= 0 && cw >= 0 &&
                                 cd * sd - pd + kd > jd && ch * sh - ph + kh > jh &&
-                                cw * sw - pw + kw > jw && indices[i] == j)
+                                cw * sw - pw + kw > jw && indices[IDX_AT(i)] == j)
                                 found = i;
                         }
                 if (found < 0)
-                    STORE(out, out0 + j, (acc_t)0);
+                    STORE(out, OUT_AT(j), (acc_t)0);
                 else
-                    COPY_STORE(out, out0 + j, COPY_LOAD(x, found));
+                    COPY_STORE(out, OUT_AT(j), COPY_LOAD(x, IN_AT(found)));
             }
 }
 
@@ -123,13 +142,13 @@ __kernel void max_unpool_tile(__global const elem_t *restrict x,
     int jw0 = ow * CLPOOL_UNPOOL_SW;
     if (jw0 >= OW)
         return;
-    long in0 = PLANE_ID() * IP, out0 = PLANE_ID() * OP;
+    UNPOOL_PLANE(get_global_id(2));
     index_t at[CLPOOL_ROWS];
     COPY_T v[CLPOOL_ROWS];
     for (int r = 0; r < CLPOOL_ROWS; ++r) { /* the loads first: all in flight at once */
         int oh = oh0 + r, owned = oh < IH && ow < IW;
-        at[r] = owned ? indices[in0 + oh * IW + ow] : -1;
-        v[r] = owned ? COPY_LOAD(x, in0 + oh * IW + ow) : (COPY_T)0;
+        at[r] = owned ? indices[IDX_AT(oh * IW + ow)] : -1;
+        v[r] = owned ? COPY_LOAD(x, IN_AT(oh * IW + ow)) : (COPY_T)0;
         if (owned && (at[r] < 0 || (long)at[r] >= OP)) {
             atomic_or((volatile __global int *)flag, 1);
         } else if (owned) {
@@ -150,11 +169,57 @@ __kernel void max_unpool_tile(__global const elem_t *restrict x,
             for (int e = 0; e < CLPOOL_UNPOOL_SW && jw0 + e < OW; ++e) {
                 int j = jh * OW + jw0 + e;
                 if (at[r] == j)
-                    COPY_STORE(out, out0 + j, v[r]);
+                    COPY_STORE(out, OUT_AT(j), v[r]);
                 else
-                    STORE(out, out0 + j, (acc_t)0);
+                    STORE(out, OUT_AT(j), (acc_t)0);
             }
         }
+}
+
+/* max_unpool_tile on a CPU where x, the indices and out are channels-last (every view's
+ * v_sc 1 and v_step C): one work-item per row of owners of an image (dimension 2: image
+ * n's row oh at n * rows + oh) and a run of its channels (dimension 0 splits C evenly).
+ * It walks the row's windows output by output, the channels innermost: contiguous loads
+ * and stores, which CPU compilers turn into vector loops. Flags as max_unpool_tile's. */
+__kernel void max_unpool_tile_rows(__global const elem_t *restrict x,
+                                   __global const index_t *restrict indices,
+                                   __global elem_t *restrict out, __global int *restrict flag,
+                                   UNPOOL_SIZES, int IH, int IW, int OH, int OW)
+{
+    int rows = (OH + CLPOOL_UNPOOL_SH - 1) / CLPOOL_UNPOOL_SH, oh;
+    long n = split_row(get_global_id(2), rows, &oh);
+    int runs = get_global_size(0), r = get_global_id(0);
+    int c0 = (long)C * r / runs, c1 = (long)C * (r + 1) / runs, bad = 0;
+    long in0 = n * in_sn, idx0 = n * idx_sn, out0 = n * out_sn;
+    for (int ow = 0; ow * CLPOOL_UNPOOL_SW < OW; ++ow) {
+        int owned = oh < IH && ow < IW, jw0 = ow * CLPOOL_UNPOOL_SW;
+        long i = (long)oh * IW + ow;
+        for (int c = c0; c < c1 && owned; ++c) { /* the owner's indices: max_unpool_tile's */
+            index_t at = indices[IDX_AT(i) + c];
+            int d = (int)at - oh * CLPOOL_UNPOOL_SH * OW - jw0, inside = 0;
+            for (int u = 0; u < CLPOOL_UNPOOL_SH; ++u) {
+                int e = d - u * OW;
+                inside |= e >= 0 && e < CLPOOL_UNPOOL_SW && jw0 + e < OW;
+            }
+            bad |= at < 0 || (long)at >= OP ? 1 : inside ? 0 : 2;
+        }
+        for (int u = 0; u < CLPOOL_UNPOOL_SH && oh * CLPOOL_UNPOOL_SH + u < OH; ++u)
+            for (int e = 0; e < CLPOOL_UNPOOL_SW && jw0 + e < OW; ++e) {
+                int j = (oh * CLPOOL_UNPOOL_SH + u) * OW + jw0 + e;
+                __global const elem_t *xp = x + IN_AT(i);
+                __global const index_t *ip = indices + IDX_AT(i);
+                __global elem_t *op = out + OUT_AT(j);
+                if (owned) {
+                    for (int c = c0; c < c1; ++c)
+                        COPY_STORE(op, c, ip[c] == j ? COPY_LOAD(xp, c) : 0);
+                } else { /* past the owners */
+                    for (int c = c0; c < c1; ++c)
+                        STORE(op, c, (acc_t)0);
+                }
+            }
+    }
+    if (bad)
+        atomic_or((volatile __global int *)flag, bad);
 }
 
 /* The CPU's fast path, one work-item per plane: zeros, then each input in order writes
@@ -165,16 +230,16 @@ __kernel void max_unpool_plane(__global const elem_t *restrict x,
                                __global elem_t *restrict out, __global int *restrict flag,
                                UNPOOL_SIZES)
 {
-    long in0 = (long)get_global_id(0) * IP, out0 = (long)get_global_id(0) * OP;
+    UNPOOL_PLANE(get_global_id(0));
     for (long o = 0; o < OP; ++o)
-        STORE(out, out0 + o, (acc_t)0);
+        STORE(out, OUT_AT(o), (acc_t)0);
     int bad = 0;
     for (long i = 0; i < IP; ++i) {
-        index_t at = indices[in0 + i];
+        index_t at = indices[IDX_AT(i)];
         if (at < 0 || (long)at >= OP)
             bad = 1;
         else
-            COPY_STORE(out, out0 + at, COPY_LOAD(x, in0 + i));
+            COPY_STORE(out, OUT_AT(at), COPY_LOAD(x, IN_AT(i)));
     }
     if (bad)
         atomic_or((volatile __global int *)flag, 1);
@@ -185,9 +250,8 @@ __kernel void max_unpool_clear(__global elem_t *restrict out, __global int *rest
                                __global int *restrict flag, UNPOOL_SIZES)
 {
     UNPOOL_ITEM(o, OP);
-    (void)in0;
-    STORE(out, out0 + o, (acc_t)0);
-    owner[out0 + o] = -1;
+    STORE(out, OUT_AT(o), (acc_t)0);
+    owner[PLANE_ID() * OP + o] = -1;
     if (o == 0 && PLANE_ID() == 0)
         flag[0] = 0;
 }
@@ -198,11 +262,11 @@ __kernel void max_unpool_claim(__global const index_t *restrict indices,
                                UNPOOL_SIZES)
 {
     UNPOOL_ITEM(i, IP);
-    index_t at = indices[in0 + i];
+    index_t at = indices[IDX_AT(i)];
     if (at < 0 || (long)at >= OP)
         atomic_or((volatile __global int *)flag, 1);
     else
-        atomic_max((volatile __global int *)owner + out0 + at, (int)i);
+        atomic_max((volatile __global int *)owner + PLANE_ID() * OP + at, (int)i);
 }
 
 /* out[index of input i] = x[i] where input i owns that output: a copy of its bits, as
@@ -213,9 +277,9 @@ __kernel void max_unpool_scatter(__global const elem_t *restrict x,
                                  __global elem_t *restrict out, UNPOOL_SIZES)
 {
     UNPOOL_ITEM(i, IP);
-    index_t at = indices[in0 + i];
-    if (at >= 0 && (long)at < OP && owner[out0 + at] == (int)i)
-        COPY_STORE(out, out0 + at, COPY_LOAD(x, in0 + i));
+    index_t at = indices[IDX_AT(i)];
+    if (at >= 0 && (long)at < OP && owner[PLANE_ID() * OP + at] == (int)i)
+        COPY_STORE(out, OUT_AT(at), COPY_LOAD(x, IN_AT(i)));
 }
 
 /* The gradient with respect to the input: grad_x[i] = grad_out[index of i], its bits
@@ -225,10 +289,9 @@ __kernel void max_unpool_gather(__global const elem_t *restrict grad_out,
                                 __global elem_t *restrict grad_x, UNPOOL_SIZES)
 {
     UNPOOL_ITEM(i, IP);
-    (void)out0;
-    index_t at = indices[in0 + i];
+    index_t at = indices[IDX_AT(i)];
     if (at >= 0 && (long)at < OP)
-        COPY_STORE(grad_x, in0 + i, COPY_LOAD(grad_out, out0 + at));
+        COPY_STORE(grad_x, IN_AT(i), COPY_LOAD(grad_out, OUT_AT(at)));
     else
-        STORE(grad_x, in0 + i, (acc_t)0);
+        STORE(grad_x, IN_AT(i), (acc_t)0);
 }

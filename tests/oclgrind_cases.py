@@ -380,6 +380,31 @@ def nhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("nhwc/adaptive_max_pool2d_backward/3x2",
            lambda: clpool.adaptive_max_pool2d_backward(gd, x, stored_channels_last(ia)),
            lambda: ref.adaptive_max_pool_backward(gd, x, ia, 2))
+    yield from _nhwc_unpool_cases(x, dtype)
+
+
+def _nhwc_unpool_cases(x: np.ndarray, dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    """max_unpool2d of channels-last values and indices, read as they lie: a CPU's rows
+    of tiles and a GPU's tiles (past the windows: the output one column wider), the window
+    gather and the fallback (indices outside their windows), and the gradient."""
+    for name, k, s, p in (("tile", 2, 2, 0), ("window", 3, 2, 1)):
+        y, i = ref.max_pool2d_with_indices(x, k, s, p)
+        y = y.astype(dtype)  # the reference's float64, exact: a max
+        size = ref.unpool_size(y.shape, 2, k, s, p, x.shape[-2:])[-2:]
+        for how, indices in (("", i), ("fallback/", i[..., ::-1].copy())):
+            yc, ic = stored_channels_last(y), stored_channels_last(indices)
+            for plan, wrap in (("cpu", _as_cpu), ("gpu", _as_gpu)):
+                yield (f"nhwc/max_unpool2d/{how}{name}/{plan}",
+                       wrap(lambda yc=yc, ic=ic, k=k, s=s, p=p, o=size: clpool.max_unpool2d(
+                           yc, ic, k, s, p, o)),
+                       lambda y=y, i=indices, k=k, s=s, p=p, o=size: ref.max_unpool(
+                           y, i, 2, k, s, p, o))
+        g = stored_channels_last(_data(x.shape, dtype, 708))
+        yc, ic = stored_channels_last(y), stored_channels_last(i)
+        yield (f"nhwc/max_unpool2d_backward/{name}",
+               lambda g=g, yc=yc, ic=ic, k=k, s=s, p=p: clpool.max_unpool2d_backward(
+                   g, yc, ic, k, s, p, g.shape[-2:]),
+               lambda g=g, y=y, i=i: ref.max_unpool_backward(g, y, i, 2))
 
 
 def copy_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:

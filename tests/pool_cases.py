@@ -227,7 +227,7 @@ def check_result(got, want, exact: bool, rtol: float = 1e-5) -> None:
     are; else within `rtol`), dtype and element strides."""
     if isinstance(got, cla.Array):
         strides = tuple(s // got.dtype.itemsize for s in got.strides)
-        got = launch._get(got)
+        got = launch.to_host(got)
     elif isinstance(got, np.ndarray):
         strides = tuple(s // got.dtype.itemsize for s in got.strides)
     else:

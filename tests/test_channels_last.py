@@ -127,7 +127,7 @@ def test_channels_last_avg_backward_tiles_give_the_contiguous_bits(tile, gpu, bu
         x_cl = torch.from_numpy(x).contiguous(memory_format=CL)
         with policy.use(gpu=gpu, nhwc=tile):
             got = clpool.avg_pool2d_backward(_nhwc_array(g_cl), _nhwc_array(x_cl), *args)
-        assert same_bits(np.ascontiguousarray(launch._get(got)), want), args
+        assert same_bits(np.ascontiguousarray(launch.to_host(got)), want), args
     rows, pixels = tile
     assert any(f"-DCLPOOL_CL_ROWS={rows}" in o and f"-DCLPOOL_CL_PIX={pixels}" in o
                for o in build_options) or tile == (1, 1)
@@ -153,7 +153,7 @@ def test_channels_last_max_backward_tiles_give_the_contiguous_bits(tile, gpu, bu
         with policy.use(gpu=gpu, nhwc=tile):
             got = clpool.max_pool2d_with_indices_backward(
                 _nhwc_array(g_cl), _nhwc_array(x_cl), *args, indices=_nhwc_array(i_cl))
-        assert same_bits(np.ascontiguousarray(launch._get(got)), want), args
+        assert same_bits(np.ascontiguousarray(launch.to_host(got)), want), args
     rows, pixels = tile
     assert any(f"-DCLPOOL_CL_ROWS={rows}" in o and f"-DCLPOOL_CL_PIX={pixels}" in o
                for o in build_options) or tile == (1, 1)
@@ -264,7 +264,7 @@ def test_other_strides_match_the_contiguous_result(case, host):
         torch_strides = results(theirs(torch.from_numpy(on_host)))[0].stride()
         for g, w in zip(got, want, strict=True):
             assert tuple(s // g.dtype.itemsize for s in g.strides) == torch_strides, name
-            got_host = np.ascontiguousarray(g if host else launch._get(g))
+            got_host = np.ascontiguousarray(g if host else launch.to_host(g))
             if case.startswith(EXACT):
                 assert same_bits(got_host, w), name
             else:

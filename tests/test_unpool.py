@@ -579,3 +579,94 @@ def test_bfloat16_on_every_path(fast):
             want = ref.max_unpool(x.astype(np.float32), indices, 2, k, s, p, size)
             got = clpool.max_unpool2d(x, indices, k, s, p, size)
             assert got.dtype == x.dtype and same_bits(got, want.astype(ml_dtypes.bfloat16))
+
+
+def _channels_last(spatial: int, t):
+    """`t` with its channels innermost: torch's channels_last or channels_last_3d; for 1-D
+    an (N, L, C) tensor seen as (N, C, L)."""
+    if spatial == 1:
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    return t.contiguous(memory_format={2: torch.channels_last, 3: torch.channels_last_3d}[spatial])
+
+
+def _channels_last_cases(spatial: int):
+    """(x, indices, k, s, p, output size): max_pool's, windows that tile an output larger
+    than they cover (1-D, 2-D), overlapping windows, and the last two's indices moved
+    outside their windows."""
+    rng = np.random.default_rng(90 + spatial)
+    for _ in range(3):
+        x, y, i, k, s, p = _pooled(rng, spatial)
+        yield y, i, k, s, p, x.shape[-spatial:]
+    x = torch.from_numpy(rng.standard_normal((2, 5, *(5, 7, 3)[:spatial])).astype(np.float32))
+    y, i = POOL[spatial](x, 2, 2, return_indices=True)
+    yield y, i, 2, 2, 0, x.shape[-spatial:]
+    yield y, i.flip(-1).contiguous(), 2, 2, 0, x.shape[-spatial:]  # outside their windows
+    for x, i, k, s, p, size in _window_cases(spatial):
+        shuffled = rng.permutation(i.ravel()).reshape(i.shape)
+        for indices in (i, shuffled):
+            yield torch.from_numpy(x), torch.from_numpy(indices), k, s, p, size
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_channels_last_inputs_are_read_as_they_lie(spatial, gpu, launched, device, monkeypatch):
+    """Values or indices (or both) channels-last, as tensors, numpy and device arrays, as a
+    CPU and a GPU plan them: the reference's values in torch's memory format (the input's
+    for 2-D, else C-contiguous), and no copy kernel; the gradient too, from channels-last
+    gradients. A GPU's work-groups take neighbouring planes where the output is
+    channels-last; a CPU's channels-last tiles take its rows kernel."""
+    from clpool import launch, policy
+
+    local = []
+    run = launch.run
+    monkeypatch.setattr(launch, "run", lambda plan, *a: (
+        local.extend(s.local_size for s in plan.steps), run(plan, *a))[1])  # fmt: skip
+    queue = clpool.default_queue(device)
+    rng = np.random.default_rng(95 + spatial)
+    with policy.use(gpu=gpu):
+        for y, i, k, s, p, size in _channels_last_cases(spatial):
+            want = ref.max_unpool(y.numpy(), i.numpy(), spatial, k, s, p, size).astype(np.float32)
+            g = torch.from_numpy(rng.standard_normal(want.shape).astype(np.float32))
+            want_grad = ref.max_unpool_backward(g.numpy(), y.numpy(), i.numpy(), spatial)
+            for yy, ii in ((_channels_last(spatial, y), i), (y, _channels_last(spatial, i)),
+                           (_channels_last(spatial, y), _channels_last(spatial, i))):  # fmt: skip
+                theirs = UNPOOL[spatial](yy, ii, k, s, p, size)
+                launched.clear(), local.clear()
+                got = OURS[spatial](yy, ii, k, s, p, size)
+                assert same_bits(got.numpy(), want) and got.stride() == theirs.stride(), (k, s, p)
+                on_device = [launch.channels_last_array(queue, t.numpy()) if t is not u
+                             else cla.to_device(queue, t.numpy())
+                             for t, u in ((yy, y), (ii, i))]  # fmt: skip
+                got_d = OURS[spatial](*on_device, k, s, p, size)
+                assert same_bits(launch.to_host(got_d), want)
+                assert got_d.strides == tuple(v * 4 for v in theirs.stride())
+                last = spatial == 2 and yy is not y
+                if last and gpu:
+                    planes = y.shape[0] * y.shape[1]
+                    assert {sizes[:2] for sizes in local} == {(1, 1)}
+                    assert {sizes[2] for sizes in local} == {min(planes & -planes, 64)}
+                rows = last and ii is not i and not gpu and k == s and not p
+                assert _tiles_rows(launched) == rows, (k, s, p, y.shape, [n for n, _ in launched])
+                for gg in (g, _channels_last(spatial, g)):
+                    grad = BACKWARD[spatial](gg, yy, ii, k, s, p, size)
+                    assert same_bits(grad.numpy(), want_grad.astype(np.float32))
+                names = [name for name, _ in launched]
+                assert not any(n.startswith("clpool_contiguous") for n in names), names
+
+
+def _tiles_rows(launched) -> bool:
+    return any(name == "max_unpool_tile_rows" for name, _ in launched)
+
+
+@pytest.mark.parametrize("bad", [-1, 16])
+def test_a_cpus_channels_last_tiles_flag_an_index_outside_the_output(bad, launched, device):
+    from clpool import launch, policy
+
+    queue = clpool.default_queue(device)
+    x = torch.from_numpy(np.random.default_rng(12).standard_normal((1, 4, 4, 4)).astype("f4"))
+    y, i = F.max_pool2d(x, 2, return_indices=True)
+    i[0, 2, 1, 0] = bad
+    y, i = (launch.channels_last_array(queue, t.numpy()) for t in (y, i))
+    with policy.use(gpu=False), pytest.raises(PoolArgumentError, match="invalid max index"):
+        clpool.max_unpool2d(y, i, 2)
+    assert [name for name, _ in launched] == ["max_unpool_tile_rows"]  # no fallback
