@@ -20,7 +20,7 @@ from typing import TypeAlias, cast
 import numpy as np
 import pyopencl as cl
 
-from . import adaptive_max, bfloat16, check, discovery, ops, policy, pool3d, unpool, verify
+from . import adaptive_max, bfloat16, check, discovery, ops, plans, policy, pool3d, unpool, verify
 from . import reference as ref
 from .shapes import stored_channels_last
 
@@ -93,10 +93,12 @@ def _unpool_calls(x: np.ndarray, g: Gradient, windows: Windows) -> Iterator[Call
     """max_unpool2d of max pooling's result back to x's size (the fast path: the window
     gather, or one work-item per plane), the same with indices in reverse (outside their
     windows: clear, claim and scatter after the gather), and its gradient (gather), over
-    `windows`: bit-exact copies."""
+    `windows`: bit-exact copies. Values and indices are laid out as `x` is (channels-last:
+    read as they lie, a CPU's tiles by rows)."""
+    keep = stored_channels_last if plans.uploads_nhwc(x) else np.asarray
     for k, s, p in windows:
         pooled, idx = ref.max_pool2d_with_indices(x, k, s, p)
-        pooled = pooled.astype(x.dtype)
+        pooled, idx = keep(pooled.astype(x.dtype)), keep(idx)
         size = x.shape[-2:]
         yield (
             f"max_unpool2d k{k} s{s} p{p}",
@@ -104,7 +106,7 @@ def _unpool_calls(x: np.ndarray, g: Gradient, windows: Windows) -> Iterator[Call
             ref.max_unpool(pooled, idx, 2, k, s, p, size).astype(x.dtype),
             True,
         )
-        back = idx[..., ::-1, ::-1].copy()
+        back = keep(idx[..., ::-1, ::-1].copy())
         yield (
             f"max_unpool2d k{k} s{s} p{p}, indices reversed",
             unpool.max_unpool2d(pooled, back, k, s, p, size),
@@ -122,7 +124,7 @@ def _unpool_calls(x: np.ndarray, g: Gradient, windows: Windows) -> Iterator[Call
     pooled, idx = ref.max_pool2d_with_indices(x, 2, 2, 0)
     yield (
         "max_unpool2d k2 s2 p0",
-        unpool.max_unpool2d(pooled.astype(x.dtype), idx, 2, 2, 0, x.shape[-2:]),
+        unpool.max_unpool2d(keep(pooled.astype(x.dtype)), keep(idx), 2, 2, 0, x.shape[-2:]),
         ref.max_unpool(pooled, idx, 2, 2, 2, 0, x.shape[-2:]).astype(x.dtype),
         True,
     )
