@@ -4,7 +4,10 @@ with D = 1, 1-D with D = H = 1 (and on a CPU, for float32 and float64, a backwar
 of a plane per work-item); on a GPU, equal cells tiling a plane run max_pool2d's kernels
 with that window. A 2-D input of other strides (channels-last) is read as it is by the
 _strided kernels (max_pool2d's for equal cells) and gives a result in its memory format;
-1-D and 3-D ones are copied C-contiguous first. Indices are flat in the input plane or
+a 3-D one (channels-last-3d or any other) by pool3d.cl's, with C-contiguous results as
+ATen's, while its backward copies a strided grad_output and indices (the output's size)
+C-contiguous first (a gather over the input read through strides ran 10-25x slower on this
+project's CPU); a 1-D one is copied C-contiguous first. Indices are flat in the input plane or
 volume: (d * H + h) * W + w, as ATen's."""
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numpy.typing as npt
 import pyopencl as cl
 import pyopencl.array as cla
 
-from . import ops, plans, shapes
+from . import ops, plans, pool3d, shapes
 from .errors import PoolArgumentError, Problem, Where
 from .plans import Planner, Scalars
 from .types import OptionalSize, Out, Tensor
@@ -86,6 +89,26 @@ def _max_pool_cells(
     return ops._equal_cells(volume[1], volume[2], cells[1], cells[2])
 
 
+def _strided3d(
+    p: Planner,
+    name: str,
+    views: dict[str, int],
+    volume: tuple[int, int, int],
+    cells: tuple[int, ...],
+    slots: dict[str, str] | None = None,
+) -> None:
+    """Launch pool3d.cl's _strided kernel `name` of a 3-D call, reading input i as view `v`
+    for each `v: i` of `views` as it is; its results C-contiguous, as ATen's."""
+    p.family = pool3d.FAMILY
+    pool3d._volumes(p, volume, cells)
+    p.cell_bounds(*volume, *cells)
+    n, c = (1, *p.arrays[0].shape)[-5:-3]
+    if n * c * math.prod(cells):
+        pool3d._specialize(p, n * c * max(cells[0] * cells[1], volume[0] * volume[1]))
+        sizes = dict(D=volume[0], H=volume[1], W=volume[2], OD=cells[0], OH=cells[1], OW=cells[2])
+        pool3d._step_strided(p, name, views, slots, **sizes)
+
+
 def _plan_forward(
     where: Where,
     arrays: tuple[object, ...],
@@ -103,6 +126,16 @@ def _plan_forward(
     (d, h, w), (od, oh, ow) = _volume(tuple(spatial)), _volume(out)
     p.index_bits = ops._index_bits(index_dtype)
     ops._check_index_range(p.index_bits, d * h * w)
+    if p.strided and rank == 3:
+        out_shape = tuple(x.shape[:-rank]) + out
+        p.output("out", out_shape)
+        if with_indices:
+            p.output("indices", out_shape, np.dtype(f"int{p.index_bits}"))
+        else:
+            p.options += ("-DCLPOOL_NO_INDICES",)
+        slots = None if with_indices else {"indices": "out"}  # a placeholder, untouched
+        _strided3d(p, "adaptive_max_pool3d_forward_strided", {"x": 0}, (d, h, w), out, slots)
+        return p.plan("x")
     strided = p.strided and rank == 2  # read as it is, by a _strided kernel
     cells = _max_pool_cells(p, (d, h, w), (od, oh, ow), everywhere=strided)
     if cells is not None:
@@ -131,7 +164,6 @@ def _plan_forward(
     elif n * c * od * oh * ow:
         _step(p, "adaptive_max_pool_forward", ow, oh, od, n * c, slots=slots,
               D=d, H=h, W=w, OD=od, OH=oh, OW=ow)  # fmt: skip
-    p.arrays = [_fold(a) for a in p.arrays]
     return p.plan("x")
 
 
@@ -226,7 +258,7 @@ def _plan_backward(
                            **ops._max_sizes(cells, h, w))  # fmt: skip
         elif n * c:
             p.step_by_plane("max_pool2d_backward", (w, h, n * c), **ops._max_sizes(cells, h, w))
-        p.arrays = [_fold(a) for a in p.arrays]
+        p.arrays = [_fold(a) if i != 1 else a for i, a in enumerate(p.arrays)]
         return p.plan("grad_out", None, "indices")
     p.specialize(
         "adaptive_max_pool_backward", _extents((d, h, w), (od, oh, ow)), planes=n * c, row=w
@@ -242,7 +274,8 @@ def _plan_backward(
         p.step("adaptive_max_pool_backward_plane", (n * c,), local=(1,), **sizes)
     elif n * c:
         _step(p, "adaptive_max_pool_backward", -(-w // p.cols), h, d, n * c, **sizes)
-    p.arrays = [_fold(a) for a in p.arrays]
+    # grad_output and indices, output-sized, copied (the input gives its shape only)
+    p.arrays = [_fold(a) if i != 1 else a for i, a in enumerate(p.arrays)]
     return p.plan("grad_out", None, "indices")
 
 

@@ -596,6 +596,30 @@ inline pos_t first_tap3d(int2 ti, int2 tj, int2 tk, int ds, int hs, int ws, int 
     return ((pos_t)(ds + ti.x * dd) * H + hs + tj.x * dh) * W + ws + tk.x * dw;
 }
 
+/* Fold tap v (lanes of neighbouring channels) at flat index `at` into best and its
+ * indices i0..i3 (FOLD_LANE in each lane). */
+#define FOLD_LANES(best, i0, i1, i2, i3, v, at)                                      \
+    FOLD_LANE((best).x, i0, (v).x, at)                                              \
+    FOLD_LANE((best).y, i1, (v).y, at)                                              \
+    FOLD_LANE((best).z, i2, (v).z, at)                                              \
+    FOLD_LANE((best).w, i3, (v).w, at)
+
+/* Store the maxima of `lanes` channels at `at` of out and their indices at the same
+ * offset of indices (not with -DCLPOOL_NO_INDICES). */
+#ifdef CLPOOL_NO_INDICES
+#define STORE_MAX_LANES(out, indices, at, best, i0, i1, i2, i3, lanes)              \
+    store_lanes(out, at, best, lanes, 0)
+#else
+#define STORE_MAX_LANES(out, indices, at, best, i0, i1, i2, i3, lanes)              \
+    store_lanes(out, at, best, lanes, 0);                                           \
+    (indices)[at] = (index_t)(i0);                                                  \
+    if ((lanes) == 4) {                                                             \
+        (indices)[(at) + 1] = (index_t)(i1);                                        \
+        (indices)[(at) + 2] = (index_t)(i2);                                        \
+        (indices)[(at) + 3] = (index_t)(i3);                                        \
+    }
+#endif
+
 #ifndef CLPOOL_NO_LANES16
 /* A CPU's channels-last max pooling (channels_inner == 16, plane.h): the max and index of
  * each window of an output row whose windows start at (ds, hs), 16 channels at a time,
@@ -692,24 +716,12 @@ __kernel void max_pool3d_forward_strided(__global const elem_t *restrict x,
             for (int k = tk.x; k < tk.y; ++k) {
                 int w = ws + k * dw;
                 acc4_t v = load_lanes(xp, IN_VOLUME(x, d, h, w), lanes, 0);
-                pos_t at = ((pos_t)d * H + h) * W + w;
-                FOLD_LANE(best.x, i0, v.x, at)
-                FOLD_LANE(best.y, i1, v.y, at)
-                FOLD_LANE(best.z, i2, v.z, at)
-                FOLD_LANE(best.w, i3, v.w, at)
+                FOLD_LANES(best, i0, i1, i2, i3, v, ((pos_t)d * H + h) * W + w)
             }
         }
     }
     long at = AT3D_OUT(out, o.n, o.c, o.d, o.h, o.w);
-    store_lanes(out, at, best, lanes, 0);
-#ifndef CLPOOL_NO_INDICES
-    indices[at] = (index_t)i0;
-    if (lanes == 4) {
-        indices[at + 1] = (index_t)i1;
-        indices[at + 2] = (index_t)i2;
-        indices[at + 3] = (index_t)i3;
-    }
-#endif
+    STORE_MAX_LANES(out, indices, at, best, i0, i1, i2, i3, lanes);
 }
 
 /* max_pool3d_backward for grad_out and indices of any strides, grad_x through its own: an
@@ -856,18 +868,23 @@ __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_o
     store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes, 0);
 }
 
+/* Declares output voxel o of this work-item (returning past the result), its lanes, xp
+ * (its (n, c) volume of x) and the bounds [d0, d1) x [h0, h1) x [w0, w1) of its cell. */
+#define STRIDED_CELL(o)                                                             \
+    STRIDED_VOXEL(o, C, OD, OH, OW);                                                \
+    int lanes = lanes_of(channels_inner);                                           \
+    __global const elem_t *xp = x + AT3D(x, o.n, o.c, 0, 0, 0);                     \
+    int d0 = cell_start(o.d, D, OD), d1 = cell_end(o.d, D, OD);                     \
+    int h0 = cell_start(o.h, H, OH), h1 = cell_end(o.h, H, OH);                     \
+    int w0 = cell_start(o.w, W, OW), w1 = cell_end(o.w, W, OW)
+
 /* adaptive_avg_pool3d_forward for an input of any strides, out through its own strides. */
 __kernel void adaptive_avg_pool3d_forward_strided(__global const elem_t *restrict x,
                                                   __global elem_t *restrict out,
                                                   STRIDED3D_FORWARD_SIZES,
                                                   ADAPTIVE_POOL3D_SIZES)
 {
-    STRIDED_VOXEL(o, C, OD, OH, OW);
-    int lanes = lanes_of(channels_inner);
-    __global const elem_t *xp = x + AT3D(x, o.n, o.c, 0, 0, 0);
-    int d0 = cell_start(o.d, D, OD), d1 = cell_end(o.d, D, OD);
-    int h0 = cell_start(o.h, H, OH), h1 = cell_end(o.h, H, OH);
-    int w0 = cell_start(o.w, W, OW), w1 = cell_end(o.w, W, OW);
+    STRIDED_CELL(o);
     acc4_t sum = 0;
     for (int d = d0; d < d1; ++d)
         for (int h = h0; h < h1; ++h)
@@ -901,4 +918,27 @@ __kernel void adaptive_avg_pool3d_backward_strided(__global const elem_t *restri
         }
     }
     store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes, 0);
+}
+
+/* adaptive_max_pool3d_forward (adaptive_max_pool.cl) for an input of any strides, out and
+ * indices through out's strides: the maximum of each cell in (d, h, w) order (NaN wins,
+ * the last NaN keeps its index, ties keep the first; a cell of -inf gives its first
+ * element), indices flat in the (D, H, W) volume. */
+__kernel void adaptive_max_pool3d_forward_strided(__global const elem_t *restrict x,
+                                                  __global elem_t *restrict out,
+                                                  __global index_t *restrict indices,
+                                                  STRIDED3D_FORWARD_SIZES,
+                                                  ADAPTIVE_POOL3D_SIZES)
+{
+    STRIDED_CELL(o);
+    acc4_t best = -INFINITY;
+    pos_t i0 = ((pos_t)d0 * H + h0) * W + w0, i1 = i0, i2 = i0, i3 = i0;
+    for (int d = d0; d < d1; ++d)
+        for (int h = h0; h < h1; ++h)
+            for (int w = w0; w < w1; ++w) {
+                acc4_t v = load_lanes(xp, IN_VOLUME(x, d, h, w), lanes, 0);
+                FOLD_LANES(best, i0, i1, i2, i3, v, ((pos_t)d * H + h) * W + w)
+            }
+    long at = AT3D_OUT(out, o.n, o.c, o.d, o.h, o.w);
+    STORE_MAX_LANES(out, indices, at, best, i0, i1, i2, i3, lanes);
 }

@@ -855,6 +855,18 @@ def ndhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
         yield (f"ndhwc/adaptive_avg_pool3d_backward/c{c}",
                lambda g=gd, x=x: clpool.adaptive_avg_pool3d_backward(g, x),
                lambda g=gd, x=x: ref.adaptive_avg_pool3d_backward(g, x))
+        yield (f"ndhwc/adaptive_max_pool3d/c{c}",
+               lambda x=x: clpool.adaptive_max_pool3d(x, (3, 2, 3), True),
+               lambda x=x: ref.adaptive_max_pool_nd(x, (3, 2, 3), 3))
+        yield (f"ndhwc/adaptive_max_pool3d/values-c{c}",
+               lambda x=x: clpool.adaptive_max_pool3d(x, (3, 2, 3)),
+               lambda x=x: ref.adaptive_max_pool_nd(x, (3, 2, 3), 3)[0])
+        _, im = ref.adaptive_max_pool_nd(x, (3, 2, 3), 3)
+        for index in (np.int32, np.int64):
+            i = stored_channels_last(im.astype(index))
+            yield (f"ndhwc/adaptive_max_pool3d_backward/c{c}/{index.__name__}",
+                   lambda g=gd, x=x, i=i: clpool.adaptive_max_pool3d_backward(g, x, i),
+                   lambda g=gd, x=x, i=im: ref.adaptive_max_pool_backward(g, x, i, 3))
     # a CPU's rows of 16 channels a lane (max pooling)
     x = stored_channels_last(_data((2, 16, 3, 3, 4), dtype, 1240, ties=True))
     out, idx = ref.max_pool3d_with_indices(x, *win)

@@ -40,6 +40,8 @@ FORWARD = {
                     lambda t: F.avg_pool3d(t, 2, 1, 1, divisor_override=3)),
     "adaptive": (lambda a, **kw: clpool.adaptive_avg_pool3d(a, (3, 5, 4), **kw),
                  lambda t: F.adaptive_avg_pool3d(t, (3, 5, 4))),
+    "max-adaptive": (lambda a, **kw: clpool.adaptive_max_pool3d(a, (3, 5, 4), True, **kw),
+                     lambda t: F.adaptive_max_pool3d(t, (3, 5, 4), return_indices=True)),
     # a result of one element per channel: channels contiguous there too (4 per work-item)
     "adaptive-global": (lambda a, **kw: clpool.adaptive_avg_pool3d(a, 1, **kw),
                         lambda t: F.adaptive_avg_pool3d(t, 1)),
@@ -88,10 +90,11 @@ def test_forward_channels_last_3d_matches_torch(case, kind, channels, dtype):
 
 def _backward_cases(t: torch.Tensor):
     """(name, clpool backward of (grad, x, indices), ATen's, grad_output shape, indices):
-    the three backward ops, in the forward's arguments."""
+    the four backward ops, in the forward's arguments."""
     _, idx = F.max_pool3d(t, 3, 2, 1, (1, 1, 2), True, return_indices=True)
     avg = F.avg_pool3d(t, 3, 2, 1, True, False)
     ada = F.adaptive_avg_pool3d(t, (3, 5, 4))
+    _, ada_idx = F.adaptive_max_pool3d(t, (3, 5, 4), return_indices=True)
     return [
         ("max",
          lambda g, x, i: clpool.max_pool3d_with_indices_backward(g, x, 3, 2, 1, (1, 1, 2), True,
@@ -104,6 +107,8 @@ def _backward_cases(t: torch.Tensor):
                                                   None), avg.shape, None),
         ("adaptive", lambda g, x, i: clpool.adaptive_avg_pool3d_backward(g, x),
          lambda g, x, i: aten._adaptive_avg_pool3d_backward(g, x), ada.shape, None),
+        ("max-adaptive", lambda g, x, i: clpool.adaptive_max_pool3d_backward(g, x, i),
+         lambda g, x, i: aten.adaptive_max_pool3d_backward(g, x, i), ada.shape, ada_idx),
     ]  # fmt: skip
 
 
@@ -124,7 +129,7 @@ def test_backward_channels_last_3d_matches_aten(formats, kind, channels, dtype):
         i = idx if idx is None or formats != "cl-input" else idx.contiguous()
         want = theirs(g, x, i)
         got = ours(*(None if a is None else _as(kind, a) for a in (g, x, i)))
-        _check(got, want, exact=name == "max")
+        _check(got, want, exact=name.startswith("max"))
 
 
 def _views(base: np.ndarray):
@@ -211,19 +216,23 @@ def test_strided_backward_inputs_match_torch():
 
 @pytest.mark.parametrize("kind", ["array", "numpy"])
 def test_a_channels_last_3d_input_launches_only_the_op_kernels(kind, launched, enqueued):
-    """No copy kernel: each op enqueues exactly its _strided kernel, forward and backward,
-    for a channels_last_3d device Array or numpy array (uploaded as its own bytes)."""
+    """No copy kernel: each op enqueues exactly its _strided kernel, forward and backward
+    (but adaptive max pooling's backward), for a channels_last_3d device Array or numpy
+    array (uploaded as its own bytes)."""
     t = _tensor(12, special=False)
     x = _as(kind, t)
-    for case in ("max-ceil", "max-values", "avg-exclude-pad", "adaptive"):
+    for case in ("max-ceil", "max-values", "avg-exclude-pad", "adaptive", "max-adaptive"):
         FORWARD[case][0](x)
     rng = np.random.default_rng(1)
-    for _, ours, _, shape, idx in _backward_cases(t):
+    for name, ours, _, shape, idx in _backward_cases(t):
+        if name == "max-adaptive":  # gradient and indices output-sized: copied (adaptive_max)
+            continue
         g = torch.from_numpy(data(rng, tuple(shape))).contiguous(memory_format=CL3)
         ours(_as(kind, g), x, None if idx is None else _as(kind, idx))
     want = ["max_pool3d_forward_strided"] * 2 + [
         "avg_pool3d_forward_strided",
         "adaptive_avg_pool3d_forward_strided",
+        "adaptive_max_pool3d_forward_strided",
         "max_pool3d_backward_strided",
         "avg_pool3d_backward_strided",
         "adaptive_avg_pool3d_backward_strided",
@@ -378,3 +387,21 @@ def test_the_canary_runs_every_3d_strided_kernel(launched):
     ran = {name for name, _ in launched}
     assert ran == {f"{op}_{way}_strided" for op in ("max_pool3d", "avg_pool3d",
                    "adaptive_avg_pool3d") for way in ("forward", "backward")}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["array", "tensor"])
+def test_adaptive_max_cells_sharing_a_maximum_and_cells_of_minus_infinity(kind):
+    """Overlapping cells (W 7 to 4) whose maximum is one element: its gradient is the sum of
+    both, in output order; a cell of -inf only gives its first element's index."""
+    t = _tensor(31, (2, 8, 3, 4, 7), special=False)
+    t[..., 1] = 50.0 + t[..., 1]  # the maximum of cells 0 and 1 along W
+    t[:, :, :2, :2, :] = -float("inf")  # cells of -inf only (D 3 to 2, H 4 to 2)
+    got, got_i = clpool.adaptive_max_pool3d(_as(kind, t), (2, 2, 4), True)
+    want, want_i = F.adaptive_max_pool3d(t, (2, 2, 4), return_indices=True)
+    _check(got, want, exact=True)
+    _check(got_i, want_i, exact=True)
+    _check(clpool.adaptive_max_pool3d(_as(kind, t), (2, 2, 4)), want, exact=True)  # no indices
+    g = torch.from_numpy(data(np.random.default_rng(3), tuple(want.shape))).contiguous(
+        memory_format=CL3)  # fmt: skip
+    got = clpool.adaptive_max_pool3d_backward(_as(kind, g), _as(kind, t), _as(kind, want_i))
+    _check(got, aten.adaptive_max_pool3d_backward(g, t, want_i), exact=True)
