@@ -1,7 +1,9 @@
 """Max unpooling in 1-D, 2-D and 3-D, as torch.nn.functional.max_unpool1d/2d/3d on
 PyTorch's CPU, and its gradient with respect to the input (a gather). Planes are flat:
 an (N, C, *sizes) input has N * C planes of prod(sizes) elements, and its indices are
-flat in the output plane (or volume), as max_pool*d's return_indices gives them."""
+flat in the output plane (or volume), as max_pool*d's return_indices gives them. Values,
+indices and gradients whose planes are dense (C-contiguous or channels-last) are read as
+they lie; max_unpool2d's result takes the input's memory format, as ATen's."""
 
 from __future__ import annotations
 
