@@ -89,26 +89,6 @@ def _max_pool_cells(
     return ops._equal_cells(volume[1], volume[2], cells[1], cells[2])
 
 
-def _strided3d(
-    p: Planner,
-    name: str,
-    views: dict[str, int],
-    volume: tuple[int, int, int],
-    cells: tuple[int, ...],
-    slots: dict[str, str] | None = None,
-) -> None:
-    """Launch pool3d.cl's _strided kernel `name` of a 3-D call, reading input i as view `v`
-    for each `v: i` of `views` as it is; its results C-contiguous, as ATen's."""
-    p.family = pool3d.FAMILY
-    pool3d._volumes(p, volume, cells)
-    p.cell_bounds(*volume, *cells)
-    n, c = (1, *p.arrays[0].shape)[-5:-3]
-    if n * c * math.prod(cells):
-        pool3d._specialize(p, n * c * max(cells[0] * cells[1], volume[0] * volume[1]))
-        sizes = dict(D=volume[0], H=volume[1], W=volume[2], OD=cells[0], OH=cells[1], OW=cells[2])
-        pool3d._step_strided(p, name, views, slots, **sizes)
-
-
 def _plan_forward(
     where: Where,
     arrays: tuple[object, ...],
@@ -134,7 +114,14 @@ def _plan_forward(
         else:
             p.options += ("-DCLPOOL_NO_INDICES",)
         slots = None if with_indices else {"indices": "out"}  # a placeholder, untouched
-        _strided3d(p, "adaptive_max_pool3d_forward_strided", {"x": 0}, (d, h, w), out, slots)
+        p.family = pool3d.FAMILY  # its _strided kernel: pool3d.cl's 3-D views
+        pool3d._volumes(p, (d, h, w), out)
+        p.cell_bounds(d, h, w, od, oh, ow)
+        if n * c * od * oh * ow:
+            pool3d._specialize(p, n * c * od * oh)  # the kernel's rows, at most
+            sizes = dict(D=d, H=h, W=w, OD=od, OH=oh, OW=ow)
+            pool3d._step_strided(p, "adaptive_max_pool3d_forward_strided", {"x": 0}, slots,
+                                 **sizes)  # fmt: skip
         return p.plan("x")
     strided = p.strided and rank == 2  # read as it is, by a _strided kernel
     cells = _max_pool_cells(p, (d, h, w), (od, oh, ow), everywhere=strided)

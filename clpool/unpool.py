@@ -233,28 +233,27 @@ def _plan_forward(
         p.output("flag", (1,), np.dtype(np.int32))
     c = views["C"]
     last = all(views[f"{v}_sc"] == 1 and views[f"{v}_step"] == c for v in ("in", "idx", "out"))
-    if planes and op and gather and last and not p.gpu and _tiles(spatial, window):
+    axes = _axes(tuple(p.arrays[0].shape[-spatial:]), out_shape[-spatial:], window)
+    tiles = gather and _tiles(spatial, window)  # then stride = kernel size > 0
+    # the tile kernels' window, and their sizes
+    tile = (f"-DCLPOOL_UNPOOL_SH={axes['sh']}", f"-DCLPOOL_UNPOOL_SW={axes['sw']}")
+    sizes = {name: axes[name] for name in ("IH", "IW", "OH", "OW")}
+    if planes and op and tiles and last and not p.gpu:
         # a CPU's channels-last tiles: rows of owners, each run of up to 256 channels
-        axes = _axes(tuple(p.arrays[0].shape[-spatial:]), out_shape[-spatial:], window)
-        p.options += (f"-DCLPOOL_UNPOOL_SH={axes['sh']}", f"-DCLPOOL_UNPOOL_SW={axes['sw']}")
-        sizes = {name: axes[name] for name in ("IH", "IW", "OH", "OW")}
+        p.options += tile
         rows = planes // c * -(-axes["OH"] // axes["sh"])
         p.step("max_unpool_tile_rows", (-(-c // 256), 1, rows), (1, 1, 1), **views, **sizes)
     elif planes and op and gather and p.policy.by_plane(p.rt.device, p.dtype, planes):
         p.step("max_unpool_plane", (planes,), local=(1,), **views)
-    elif planes and op and gather and _tiles(spatial, window):
-        axes = _axes(tuple(p.arrays[0].shape[-spatial:]), out_shape[-spatial:], window)
-        p.options += (f"-DCLPOOL_UNPOOL_SH={axes['sh']}", f"-DCLPOOL_UNPOOL_SW={axes['sw']}")
+    elif planes and op and tiles:
+        p.options += tile
         p.rows = p.policy.tile(p.rt.device, "max_unpool_tile")[0]
-        sizes = {name: axes[name] for name in ("IH", "IW", "OH", "OW")}
         rows = -(-axes["OH"] // axes["sh"])  # rows of owners, the last maybe of none
         columns = -(-axes["OW"] // axes["sw"])  # columns of owners, the last maybe of none
         p.step("max_unpool_tile", (columns, rows, planes), planes_inner=inner, **views, **sizes)
     elif planes and op and gather:
-        axes = _axes(tuple(p.arrays[0].shape[-spatial:]), out_shape[-spatial:], window)
-        rows = axes["ID"] * axes["IH"]
-        p.step("max_unpool_window", (axes["IW"], rows, planes), planes_inner=inner, **views,
-               **axes)  # fmt: skip
+        p.step("max_unpool_window", (axes["IW"], axes["ID"] * axes["IH"], planes),
+               planes_inner=inner, **views, **axes)  # fmt: skip
     elif planes and op:
         p.step("max_unpool_clear", (op, 1, planes), planes_inner=inner, **views)
         p.step("max_unpool_claim", (ip, 1, planes), planes_inner=inner, **views)
