@@ -1,14 +1,14 @@
 """Adaptive max pooling in 1-D, 2-D and 3-D, as torch.nn.functional's, and its backward
 ops. One forward and one backward kernel over (D, H, W) volumes serve every rank: 2-D runs
-with D = 1, 1-D with D = H = 1 (and on a CPU, for float32 and float64, a backward kernel
-of a plane per work-item); on a GPU, equal cells tiling a plane run max_pool2d's kernels
-with that window. A 2-D input of other strides (channels-last) is read as it is by the
-_strided kernels (max_pool2d's for equal cells) and gives a result in its memory format;
-a 3-D one (channels-last-3d or any other) by pool3d.cl's, with C-contiguous results as
-ATen's, while its backward copies a strided grad_output and indices (the output's size)
-C-contiguous first (a gather over the input read through strides ran 10-25x slower on this
-project's CPU); a 1-D one is copied C-contiguous first. Indices are flat in the input plane or
-volume: (d * H + h) * W + w, as ATen's."""
+with D = 1, 1-D as 2-D of one row (pool1d: an (N, L, C) input read as it lies), on a CPU
+for float32 and float64 with a backward kernel of a plane per work-item; on a GPU, equal
+cells tiling a plane run max_pool2d's kernels with that window. A 2-D input of other
+strides (channels-last) is read as it is by the _strided kernels (max_pool2d's for equal
+cells) and gives a result in its memory format; a 3-D one (channels-last-3d or any other) by
+pool3d.cl's, with C-contiguous results as ATen's, while its backward copies a strided
+grad_output and indices (the output's size) C-contiguous first (a gather over the input
+read through strides ran 10-25x slower on this project's CPU). Indices are flat in the
+input plane or volume: (d * H + h) * W + w, as ATen's."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import numpy.typing as npt
 import pyopencl as cl
 import pyopencl.array as cla
 
-from . import ops, plans, pool3d, shapes
+from . import ops, plans, pool1d, pool3d, shapes
 from .errors import PoolArgumentError, Problem, Where
 from .plans import Planner, Scalars
 from .types import OptionalSize, Out, Tensor
@@ -176,8 +176,9 @@ def adaptive_max_pool1d(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """1-D adaptive max pooling, as torch.nn.functional.adaptive_max_pool1d; with
     return_indices, also the index of each maximum along L (out=: a pair)."""
-    return _forward("adaptive_max_pool1d", 1, input, output_size, return_indices, index_dtype,
-                    device, queue, out)  # fmt: skip
+    return pool1d._run("adaptive_max_pool1d", adaptive_max_pool2d, (input,),
+                       lambda: (pool1d._size(output_size, "output_size", 1), return_indices),
+                       index_dtype=index_dtype, device=device, queue=queue, out=out)  # fmt: skip
 
 
 def adaptive_max_pool2d(
@@ -288,8 +289,9 @@ def adaptive_max_pool1d_backward(
 ) -> Tensor:
     """Gradient of adaptive_max_pool1d (return_indices=True) with respect to its input; the
     output size is grad_output's."""
-    arrays = (grad_output, input, indices)
-    return _backward("adaptive_max_pool1d_backward", 1, arrays, device, queue, out)
+    return pool1d._run("adaptive_max_pool1d_backward", adaptive_max_pool2d_backward,
+                       (grad_output, input, indices), device=device, queue=queue,
+                       out=out)  # fmt: skip
 
 
 def adaptive_max_pool2d_backward(

@@ -13,7 +13,7 @@ import pyopencl.array as cla
 
 from . import bfloat16
 from .errors import PoolArgumentError, Problem, UnsupportedDtypeError
-from .shapes import c_contiguous, channels_last, channels_last_3d
+from .shapes import c_contiguous, channels_last, channels_last_1d, channels_last_3d
 
 if TYPE_CHECKING:
     import torch
@@ -27,7 +27,8 @@ def _is_tensor(a: object) -> TypeGuard[torch.Tensor]:
 
 def _from_tensor(t: torch.Tensor) -> np.ndarray:
     """A CPU torch tensor as a host numpy array (no gradient flows; a copy where it must:
-    a channels-last tensor is a view, which goes to the device as its own bytes)."""
+    a channels-last tensor, 1-D's (N, L, C) memory too, is a view, which goes to the device
+    as its own bytes)."""
     device = t.device
     if device.type != "cpu":
         raise Problem(
@@ -36,7 +37,8 @@ def _from_tensor(t: torch.Tensor) -> np.ndarray:
             "(move it with .cpu(), or pass a pyopencl Array)",
         )
     t = t.detach()
-    if not (tensor_channels_last(t) or channels_last_3d(tuple(t.shape), tuple(t.stride()))):
+    shape, strides = tuple(t.shape), tuple(t.stride())
+    if not any(f(shape, strides) for f in (channels_last, channels_last_3d, channels_last_1d)):
         t = t.contiguous()
     if str(t.dtype) == "torch.bfloat16":  # numpy has none
         return bfloat16_numpy(t)

@@ -106,8 +106,8 @@ TILES = {
         # 347.5 / 383.8, (16, 1) 479.1 / 525.6 (one column, as before), (8, 8) 967.0 /
         # 285.7; [32,64,100,100] to 7x7: (16, 4) 48.8, (32, 4) 48.7, (16, 1) 102.3
         "adaptive_max_pool_backward": (16, 4),
-        # planes of one row of a 2-D op (adaptive_max_pool1d's arrays are 3-D: its one row
-        # takes the tile above, whose other rows go unused)
+        # planes of one row (adaptive_max_pool1d, and a 2-D op's of height 1): the tile
+        # above's columns, without its rows, which would go unused
         "adaptive_max_pool_backward row": (1, 4),
         # rows of owners per work-item: H200, [32,64,56,56] to 112x112, a work-item per
         # column of owners: 1 row 64.7 us, 2 rows 67.8, 4 rows 70.7, 8 rows 79.3 (a

@@ -1,6 +1,8 @@
 """The 1-D pooling ops of torch.nn.functional, run on the 2-D kernels with H = 1: an
-(N, C, L) input is seen as (N, C, 1, L) and each 1-D size k as (1, k). Indices along L
-are the 2-D kernels' flat h * W + w indices with h = 0."""
+(N, C, L) input is seen as (N, C, 1, L) and each 1-D size k as (1, k), so one with its
+channels innermost ((N, L, C) memory) is read as the 2-D ops read a channels-last one.
+Indices along L are the 2-D kernels' flat h * W + w indices with h = 0. (adaptive max
+pooling's 1-D op, in adaptive_max.py, runs through `_run` too.)"""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import numpy.typing as npt
 import pyopencl as cl
 import pyopencl.array as cla
 
-from . import adopt, launch, ops
+from . import adopt, launch, ops, plans
 from .errors import PoolArgumentError, Problem, relabeled, reporting
 from .types import OptionalSize, Out, Size, Tensor
 
@@ -66,23 +68,36 @@ def _narrow(a: np.ndarray | cla.Array) -> np.ndarray | cla.Array:
 
 
 def _run(
-    label: str, op: Callable[..., R], arrays: tuple[object, ...], *args: object, **kw: object
+    label: str,
+    op: Callable[..., R],
+    arrays: tuple[object, ...],
+    args: Callable[[], tuple[object, ...]] = tuple,
+    **kw: object,
 ) -> R:
-    """Run the 2-D `op` on the 1-D `arrays` under `label`: ranks checked, inputs widened,
-    results narrowed and returned in the inputs' kind; its errors named for `label`."""
-    with relabeled(label), reporting(label):
+    """Run the 2-D `op` on the 1-D `arrays` and the 2-D forms of its other arguments,
+    `args()`, under `label`: ranks checked, inputs widened, results narrowed and returned in
+    the inputs' kind; its errors named for `label`, and for the device and dtype the call
+    would run on, as the 2-D ops name them."""
+    with relabeled(label), reporting(label) as where:
         arrays, like = adopt.inputs(arrays, 1 if label.endswith("_backward") else 0)
-        for a in arrays:
-            if _rank(a) not in (2, 3):
-                raise Problem(
-                    PoolArgumentError,
-                    "expected a 2-D (C, L) or 3-D (N, C, L) input, got shape "
-                    f"{np.shape(cast(npt.ArrayLike, a))}",
-                )
+        try:
+            for a in arrays:
+                if a is not None and _rank(a) not in (2, 3):
+                    raise Problem(
+                        PoolArgumentError,
+                        "expected a 2-D (C, L) or 3-D (N, C, L) input, got shape "
+                        f"{np.shape(cast(npt.ArrayLike, a))}",
+                    )
+            sizes = args()
+        except Problem:
+            given = tuple(a for a in arrays if a is not None)
+            queue = cast("cl.CommandQueue | None", kw.get("queue"))
+            plans.Planner(where, label, kw.get("device"), given, queue)  # names them
+            raise
         if kw.get("out") is not None:
             out = kw["out"]
             kw["out"] = tuple(map(_widen, out)) if isinstance(out, tuple) else _widen(out)
-        got = op(*map(_widen, arrays), *args, **kw)
+        got = op(*map(_widen, arrays), *sizes, **kw)
     # the 2-D ops' results for adopted inputs: numpy arrays or pyopencl Arrays
     parts = cast(tuple[np.ndarray | cla.Array, ...], got if isinstance(got, tuple) else (got,))
     results: Sequence[Tensor] = [_narrow(r) for r in parts]
@@ -107,12 +122,18 @@ def max_pool1d(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """1-D max pooling, as torch.nn.functional.max_pool1d; with return_indices, also the
     index of each maximum along L."""
-    with reporting("max_pool1d"):
-        sizes = _window(kernel_size, stride, padding, dilation)
     op = ops.max_pool2d_with_indices if return_indices else ops.max_pool2d
     extra = dict(index_dtype=index_dtype) if return_indices else {}
-    return _run("max_pool1d", op, (input,), *sizes, ceil_mode, device=device, queue=queue,
-                out=out, **extra)  # fmt: skip
+    return _run(
+        "max_pool1d",
+        op,
+        (input,),
+        lambda: (*_window(kernel_size, stride, padding, dilation), ceil_mode),
+        device=device,
+        queue=queue,
+        out=out,
+        **extra,
+    )
 
 
 def max_pool1d_with_indices_backward(
@@ -130,11 +151,11 @@ def max_pool1d_with_indices_backward(
     out: Out = None,
 ) -> Tensor:
     """Gradient of max_pool1d (return_indices=True) with respect to its input."""
-    label = "max_pool1d_with_indices_backward"
-    with reporting(label):
+
+    def sizes() -> tuple[object, ...]:
         if indices is None:
             raise Problem(PoolArgumentError, "indices is required (the forward's indices)")
-        sizes = _window(kernel_size, stride, padding, dilation)
+        return _window(kernel_size, stride, padding, dilation)
 
     def op(
         g: Tensor, x: Tensor, i: Tensor, k: Size, s: Size | None, p: Size, d: Size, *,
@@ -144,8 +165,8 @@ def max_pool1d_with_indices_backward(
             g, x, k, s, p, d, ceil_mode, i, device=device, queue=queue, out=out
         )
 
-    return _run(label, op, (grad_output, input, indices), *sizes, device=device, queue=queue,
-                out=out)  # fmt: skip
+    return _run("max_pool1d_with_indices_backward", op, (grad_output, input, indices), sizes,
+                device=device, queue=queue, out=out)  # fmt: skip
 
 
 def avg_pool1d(
@@ -161,9 +182,8 @@ def avg_pool1d(
     out: Out = None,
 ) -> Tensor:
     """1-D average pooling, as torch.nn.functional.avg_pool1d."""
-    with reporting("avg_pool1d"):
-        sizes = _window(kernel_size, stride, padding)
-    return _run("avg_pool1d", ops.avg_pool2d, (input,), *sizes, ceil_mode, count_include_pad,
+    return _run("avg_pool1d", ops.avg_pool2d, (input,),
+                lambda: (*_window(kernel_size, stride, padding), ceil_mode, count_include_pad),
                 device=device, queue=queue, out=out)  # fmt: skip
 
 
@@ -181,11 +201,9 @@ def avg_pool1d_backward(
     out: Out = None,
 ) -> Tensor:
     """Gradient of avg_pool1d with respect to its input."""
-    label = "avg_pool1d_backward"
-    with reporting(label):
-        sizes = _window(kernel_size, stride, padding)
-    return _run(label, ops.avg_pool2d_backward, (grad_output, input), *sizes, ceil_mode,
-                count_include_pad, device=device, queue=queue, out=out)  # fmt: skip
+    return _run("avg_pool1d_backward", ops.avg_pool2d_backward, (grad_output, input),
+                lambda: (*_window(kernel_size, stride, padding), ceil_mode, count_include_pad),
+                device=device, queue=queue, out=out)  # fmt: skip
 
 
 def adaptive_avg_pool1d(
@@ -197,10 +215,9 @@ def adaptive_avg_pool1d(
     out: Out = None,
 ) -> Tensor:
     """1-D adaptive average pooling, as torch.nn.functional.adaptive_avg_pool1d."""
-    with reporting("adaptive_avg_pool1d"):
-        size = _size(output_size, "output_size", 1)
-    return _run("adaptive_avg_pool1d", ops.adaptive_avg_pool2d, (input,), size, device=device,
-                queue=queue, out=out)  # fmt: skip
+    return _run("adaptive_avg_pool1d", ops.adaptive_avg_pool2d, (input,),
+                lambda: (_size(output_size, "output_size", 1),), device=device, queue=queue,
+                out=out)  # fmt: skip
 
 
 def adaptive_avg_pool1d_backward(

@@ -320,6 +320,16 @@ def channels_last_3d(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     return True
 
 
+def channels_last_1d(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """True when a 3-D (N, C, L) array of `shape` and element `strides` has its channels
+    innermost ((N, L, C) memory): when its (N, C, 1, L) view, as the 1-D ops and PyTorch's
+    see it, is channels_last."""
+    if len(shape) != 3:
+        return False
+    n, c, length = shape
+    return channels_last((n, c, 1, length), (*strides[:2], strides[2] * length, strides[2]))
+
+
 def stored_channels_last(a: np.ndarray) -> np.ndarray:
     """`a` (N, C, *spatial) as an array of the same shape and values whose memory is
     channels-last (NHWC for 4-D, NDHWC for 5-D): C varies fastest."""

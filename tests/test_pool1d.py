@@ -9,10 +9,10 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 import pytest
-from pool_cases import assert_close, fresh_queue, kernel_waits, same_bits
+from pool_cases import assert_close, check_error, fresh_queue, kernel_waits, same_bits
 
 import clpool
-from clpool import policy
+from clpool import launch, policy
 from clpool import reference as ref
 from clpool.errors import PoolArgumentError
 
@@ -200,6 +200,64 @@ def test_device_arrays_strided_too_stay_on_the_device(device):
         )
 
 
+# (forward, backward(grad_output, input, forward's result)) of each 1-D op, for clpool and
+# torch.nn.functional (the backward ops are clpool's: torch's come through autograd)
+LAYOUT_OPS = {
+    "max_pool1d": (
+        lambda m, x: m.max_pool1d(x, 3, 2, 1, return_indices=True),
+        lambda g, x, r: clpool.max_pool1d_with_indices_backward(g, x, 3, 2, 1, 1, False, r[1]),
+    ),
+    "avg_pool1d": (
+        lambda m, x: m.avg_pool1d(x, 4, 3, 1),
+        lambda g, x, r: clpool.avg_pool1d_backward(g, x, 4, 3, 1),
+    ),
+    "adaptive_avg_pool1d": (
+        lambda m, x: m.adaptive_avg_pool1d(x, 7),
+        lambda g, x, r: clpool.adaptive_avg_pool1d_backward(g, x),
+    ),
+    "adaptive_max_pool1d": (
+        lambda m, x: m.adaptive_max_pool1d(x, 7, True),
+        lambda g, x, r: clpool.adaptive_max_pool1d_backward(g, x, r[1]),
+    ),
+}
+
+
+def _host(a) -> np.ndarray:
+    return launch.to_host(a) if isinstance(a, cla.Array) else a.detach().numpy()
+
+
+@pytest.mark.parametrize("name", list(LAYOUT_OPS))
+def test_inputs_with_channels_innermost_are_read_as_they_lie(device, launched, name):
+    """An (N, C, L) input with its channels innermost ((N, L, C) memory, a transposed
+    (N, L, C) tensor) is read as it lies: no copy kernel on the device, and a tensor is not
+    copied on the host either. Results and gradients take PyTorch's strides (its 1-D ops
+    keep the channels innermost) and values."""
+    forward, backward = LAYOUT_OPS[name]
+    rng = np.random.default_rng(167)
+    nlc = _data(rng, (2, 50, 32))
+    leaf = torch.from_numpy(nlc).transpose(1, 2).requires_grad_()
+    want = forward(F, leaf)
+    want = want if isinstance(want, tuple) else (want,)
+    n, c, length = want[0].shape
+    g = torch.from_numpy(rng.standard_normal((n, length, c)).astype(np.float32))
+    want[0].backward(g.transpose(1, 2))  # channels innermost, as autograd hands it down
+    exact = "max" in name
+    queue = fresh_queue(device)
+    on_device = cla.to_device(queue, nlc).transpose((0, 2, 1))
+    g_on_device = cla.to_device(queue, g.numpy()).transpose((0, 2, 1))
+    for x, grad in [(leaf.detach(), g.transpose(1, 2)), (on_device, g_on_device)]:
+        got = forward(clpool, x)
+        got = got if isinstance(got, tuple) else (got,)
+        back = backward(grad, x, got)
+        for r, w in [*zip(got, want, strict=True), (back, leaf.grad)]:
+            assert _host(r).strides == _host(w).strides, (name, type(x))
+            if exact:
+                assert same_bits(_host(r), _host(w)), name
+            else:
+                assert_close(_host(r), _host(w))
+    assert not [k for k, _ in launched if k.startswith("clpool_contiguous")], launched
+
+
 def test_events_pass_through_the_1d_view(device):
     """A 1-D op waits for its input's and its out='s events, and out= (not a copy of its
     event list) carries the kernel's event."""
@@ -246,11 +304,18 @@ def test_tensors_in_tensors_out():
             ),
             "max_pool1d_with_indices_backward",
         ),
+        (
+            lambda x: clpool.max_pool1d_with_indices_backward(x, x, 2),
+            "max_pool1d_with_indices_backward",
+        ),
+        (lambda x: clpool.avg_pool1d_backward(x, x[0, 0], 2), "avg_pool1d_backward"),
+        (lambda x: clpool.adaptive_max_pool1d(x, (2, 2)), "adaptive_max_pool1d"),
     ],
 )
 def test_errors_are_named_for_the_1d_op(device, call, label):
+    """Each error names the 1-D op, and the device and dtype the call would run on, whether
+    its arguments or its shapes are wrong."""
     x = np.ones((1, 2, 8), np.float32)
     with pytest.raises(PoolArgumentError) as info:
         call(x)
-    assert info.value.label == label
-    assert str(info.value).startswith(f"{label} kernel failed (device=")
+    check_error(info, label, device, "float32")
