@@ -224,15 +224,21 @@ __kernel void max_unpool_tile_rows(__global const elem_t *restrict x,
 
 /* The CPU's fast path, one work-item per plane: zeros, then each input in order writes
  * at its index (so the later input wins, wherever the indices lie); an index outside
- * the plane is skipped and sets flag bit 1. */
+ * the plane is skipped and sets flag bit 1. A dense plane is cleared as one run (Intel's
+ * CPU compiler stores it a float at a time through out_step: [8,64,112,112] k2 s2 2.69 ->
+ * 1.09 ms). */
 __kernel void max_unpool_plane(__global const elem_t *restrict x,
                                __global const index_t *restrict indices,
                                __global elem_t *restrict out, __global int *restrict flag,
                                UNPOOL_SIZES)
 {
     UNPOOL_PLANE(get_global_id(0));
-    for (long o = 0; o < OP; ++o)
-        STORE(out, OUT_AT(o), (acc_t)0);
+    if (out_step == 1)
+        for (long o = 0; o < OP; ++o)
+            STORE(out, out0 + o, (acc_t)0);
+    else
+        for (long o = 0; o < OP; ++o)
+            STORE(out, OUT_AT(o), (acc_t)0);
     int bad = 0;
     for (long i = 0; i < IP; ++i) {
         index_t at = indices[IDX_AT(i)];
