@@ -36,18 +36,6 @@ QUIRKS = (
         "to scalarize' for avg_pool2d of (2,3,9,9) k3: 16-lane vectors assembled lane by "
         "lane. The same kernels pass on Zen 3 (no AVX-512) and under Debian's PoCL 3.1.",
     ),
-    Quirk(
-        "Oclgrind",
-        "",
-        "",
-        "",
-        ("-DCLPOOL_SHUFFLE2",),
-        "Oclgrind 21.10 (Debian) with OCLGRIND_UNINITIALIZED=1 and -cl-opt-disable, as "
-        "tests/test_oclgrind.py runs it, 2026-12-05: SIGSEGV at the first max_pool2d "
-        "forward per plane of stride 2, whose 16 strided lanes are the even lanes of two "
-        "vectors (`(float16)(lo.even, hi.even)`, or their .s02468ace); shuffle2 of the two "
-        "runs clean there.",
-    ),
 )
 
 

@@ -39,7 +39,6 @@ typedef half elem_t;
 typedef float acc_t;
 typedef float4 acc4_t;
 typedef float16 acc16_t;
-typedef uint16 lanes16_t; /* shuffle masks of acc16_t */
 #define LOAD(p, i) vload_half((i), (p))
 #define LOAD4(p, i) vload_half4(0, (p) + (i))
 #define LOAD16(p, i) vload_half16(0, (p) + (i))
@@ -50,7 +49,6 @@ typedef ushort elem_t;
 typedef float acc_t;
 typedef float4 acc4_t;
 typedef float16 acc16_t;
-typedef uint16 lanes16_t;
 /* The bfloat16 (the high 16 bits of a float) nearest x, ties to even: c10::BFloat16's
  * round_to_nearest_even bit for bit, so every NaN becomes the quiet NaN 0x7FC0 (as in torch
  * CPU's pooling results) and values past the largest bfloat16 round to inf. */
@@ -89,7 +87,6 @@ typedef double elem_t;
 typedef double acc_t;
 typedef double4 acc4_t;
 typedef double16 acc16_t;
-typedef ulong16 lanes16_t;
 #define LOAD(p, i) ((p)[i])
 #define LOAD4(p, i) vload4(0, (p) + (i))
 #define LOAD16(p, i) vload16(0, (p) + (i))
@@ -100,7 +97,6 @@ typedef float elem_t;
 typedef float acc_t;
 typedef float4 acc4_t;
 typedef float16 acc16_t;
-typedef uint16 lanes16_t;
 #define LOAD(p, i) ((p)[i])
 #define LOAD4(p, i) vload4(0, (p) + (i))
 #define LOAD16(p, i) vload16(0, (p) + (i))
@@ -488,24 +484,20 @@ inline tile_windows windows_of_tile(int i0, int n, int size, int s, int p, int s
 #define COVERS(t, i, b, n, s, span) ((n) == 1 || INSIDE((i) + (t).lead - (b) * (s), span))
 
 #ifndef CLPOOL_NO_LANES16
-/* p[i], p[i + s], .. p[i + 15 * s] as a vector: one load (s == 1), two and their even
- * lanes (s == 2: on Debian's PoCL 3.1, max_pool1d k3 s2 of [16,256,4096] 4.97 -> 2.56 ms
- * and avg_pool2d k3 s2 p1 of [8,64,112,112] 2.69 -> 0.81 ms against shuffle2, which it
- * runs lane by lane; CLPOOL_SHUFFLE2, quirks.py: Oclgrind, whose uninitialized-value
- * checks crash on the even lanes), or 16 loads. */
+/* p[i], p[i + s], .. p[i + 15 * s] as a vector: one load (s == 1), the even lanes of two
+ * (s == 2), or 16 loads. The even lanes are named one by one: Debian's PoCL 3.1 runs
+ * shuffle2 lane by lane (max_pool1d k3 s2 of [16,256,4096] 4.97 -> 2.29 ms, avg_pool2d k3
+ * s2 p1 of [8,64,112,112] 2.69 -> 0.80 ms); `.even` crashes Oclgrind 21.10's
+ * uninitialized-value checks and made Intel's CPU compiler build avg_pool3d_backward_plane,
+ * which does not call it, 1.35x slower (RELIABILITY.md). */
 inline acc16_t load16_strided(__global const elem_t *p, pos_t i, int s)
 {
     if (s == 1)
         return LOAD16(p, i);
     if (s == 2) {
-        acc16_t lo = LOAD16(p, i), hi = LOAD16(p, i + 16);
-#ifdef CLPOOL_SHUFFLE2
-        const lanes16_t even = (lanes16_t)(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
-                                           28, 30);
-        return shuffle2(lo, hi, even);
-#else
-        return (acc16_t)(lo.even, hi.even);
-#endif
+        acc16_t a = LOAD16(p, i), b = LOAD16(p, i + 16);
+        return (acc16_t)(a.s0, a.s2, a.s4, a.s6, a.s8, a.sa, a.sc, a.se, b.s0, b.s2, b.s4,
+                         b.s6, b.s8, b.sa, b.sc, b.se);
     }
     acc_t lane[16];
     for (int k = 0; k < 16; ++k)
