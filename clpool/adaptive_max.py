@@ -28,7 +28,7 @@ FAMILY = "adaptive_max"
 
 
 def _volume(sizes: tuple[int, ...]) -> tuple[int, int, int]:
-    """Spatial sizes of rank 1, 2 or 3 as (D, H, W), the missing axes of size 1."""
+    """Spatial sizes of rank 2 or 3 as (D, H, W), the missing axis of size 1."""
     d, h, w = (1,) * (3 - len(sizes)) + tuple(sizes)
     return d, h, w
 
@@ -123,7 +123,7 @@ def _plan_forward(
             pool3d._step_strided(p, "adaptive_max_pool3d_forward_strided", {"x": 0}, slots,
                                  **sizes)  # fmt: skip
         return p.plan("x")
-    strided = p.strided and rank == 2  # read as it is, by a _strided kernel
+    strided = p.strided  # a 2-D input read as it is, by a _strided kernel (3-D: above)
     cells = _max_pool_cells(p, (d, h, w), (od, oh, ow), everywhere=strided)
     if cells is not None:
         p.family = "max"
