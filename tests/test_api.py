@@ -306,7 +306,9 @@ def test_a_dlpack_producer_is_read_through_dlpack():
 
 
 @pytest.mark.parametrize(
-    "bad", [object(), "abc", None, [[["a"]]], _DLPackOnly(np.array(["x"]))], ids=repr
+    "bad",
+    [object(), "abc", None, [[["a"]]], _DLPackOnly(np.array(["x"]))],
+    ids=["object", "str", "None", "nested-str-list", "dlpack-of-str"],
 )
 def test_bad_inputs_are_never_kernel_errors(bad):
     with pytest.raises((PoolArgumentError, UnsupportedDtypeError)) as info:
