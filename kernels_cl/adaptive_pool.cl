@@ -259,7 +259,8 @@ __kernel void adaptive_avg_pool2d_backward_plane(__global const elem_t *restrict
         int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
         for (int ow = 0; ow < OW; ++ow) {
             int w0 = cell_start(ow, W, OW), w1 = cell_end(ow, W, OW);
-            acc_t v = LOAD(gp, (pos_t)oh * OW + ow) / (acc_t)(h1 - h0) / (acc_t)(w1 - w0);
+            acc_t v = plus_zero(LOAD(gp, (pos_t)oh * OW + ow) / (acc_t)(h1 - h0)
+                                / (acc_t)(w1 - w0));
             for (int h = h0; h < h1; ++h)
                 add_to_row(xp, (pos_t)h * W, w0, w1, v, 0, w1 - w0 >= 16);
         }

@@ -157,9 +157,9 @@ __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out
         int top = oh * sh - ph, h0 = max(top, 0), h1 = min(top + kh, H);
         for (int ow = 0; ow < OW; ++ow) {
             int left = ow * sw - pw, w0 = max(left, 0), w1 = min(left + kw, W);
-            acc_t v = LOAD(gp, (pos_t)oh * OW + ow)
-                      / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
-                                           count_include_pad, divisor_override);
+            acc_t v = plus_zero(LOAD(gp, (pos_t)oh * OW + ow)
+                                / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
+                                                     count_include_pad, divisor_override));
             for (int h = h0; h < h1; ++h)
                 add_to_row(xp, (pos_t)h * W, w0, w1, v, tiled, kw >= 16);
         }

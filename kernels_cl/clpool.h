@@ -574,13 +574,12 @@ inline int clear_rows(__global elem_t *p, int W, int from, int to)
 }
 
 /* v, +0 where it is zero: an average as PyTorch CPU returns it where it adds the quotient
- * into a result cleared to +0 (so never -0): every backward's share of a gradient that is
- * summed in registers (the per-plane backwards add into memory cleared to +0, which no
- * compiler can fold away), and the forwards of avg_pool2d in NCHW (or other
- * non-channels-last strides), avg_pool1d and avg_pool3d in both layouts. (avg_pool2d
- * channels-last and the adaptive forwards divide into the result: -0 stays.) On the H200
- * a backward share that underflowed (-2^-149 / 8) came back -0 through the kernels' sums,
- * where it was the only term (RELIABILITY.md). */
+ * into a result cleared to +0 (so never -0): every backward's share of a gradient, and the
+ * forwards of avg_pool2d in NCHW (or other non-channels-last strides), avg_pool1d and
+ * avg_pool3d in both layouts. (avg_pool2d channels-last and the adaptive forwards divide
+ * into the result: -0 stays.) On the H200 a share that underflowed (-2^-149 / 8) came back
+ * -0, summed in registers and added into memory cleared to +0 alike (likely a product by
+ * 1/8 fused with the addition: fma(g, 0.125, +0) rounds once; RELIABILITY.md). */
 inline acc_t plus_zero(acc_t v)
 {
     return v == 0 ? (acc_t)0 : v;

@@ -453,7 +453,7 @@ __kernel void avg_pool3d_backward_plane(__global const elem_t *restrict grad_out
                 if (d0 >= d1 || h0 >= h1 || w0 >= w1)
                     continue; /* no element (a divisor of 0) */
                 long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
-                acc_t v = LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / (acc_t)div;
+                acc_t v = plus_zero(LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / (acc_t)div);
                 for (int d = d0; d < d1; ++d)
                     for (int h = h0; h < h1; ++h)
                         add_to_row(xp, (pos_t)d * HW + (pos_t)h * W, w0, w1, v, 0, kw >= 16);
