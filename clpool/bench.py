@@ -506,6 +506,7 @@ def report(
         platform=rt.device.platform.name.strip(),
         date=time.strftime("%Y-%m-%d"),
         versions=versions(rt, with_torch),
+        torch_device=torch_device(rt) if with_torch else None,
         copy_gbps=copy,
         loops=loops,
         min_time_s=min_time,

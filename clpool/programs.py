@@ -192,7 +192,7 @@ def _build(context: cl.Context, name: str, text: str, options: tuple[str, ...]) 
         with _captured_stderr(captured) if capture else nullcontext():
             flags = [*options, *include_options(), *exact_division(context.devices[0])]
             program = _compile(context, text, flags)
-    except cl.Error as e:
+    except Exception as e:  # a cl.Error, or a driver's answer that PyOpenCL trips over
         # PyOpenCL puts the build log of every device into the message.
         raise Problem(
             KernelError,

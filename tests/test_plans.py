@@ -306,11 +306,16 @@ def test_a_bad_tuning_variable_is_an_argument_error_naming_it(monkeypatch, name,
 
 
 def test_a_program_with_no_kernels_is_a_failed_build(device, monkeypatch):
+    """A KernelError naming the program, whether the driver builds it and it has no kernels
+    (PoCL, Intel's runtime) or fails to build it (NVIDIA's driver failed the test's form
+    that expected the former)."""
     monkeypatch.setattr(programs, "source", lambda name: "/* nothing */\n")
     context = cl.Context([device])
     with pytest.raises(clpool.errors.Problem) as info:
         programs.kernels(context, "empty.cl", ("-DCLPOOL_DTYPE=32",))
-    assert info.value.kind is KernelError and "gave no kernels" in info.value.reason
+    reason = info.value.reason
+    assert info.value.kind is KernelError and reason.startswith("building empty.cl"), reason
+    assert "gave no kernels" in reason or "failed" in reason, reason
 
 
 def test_float32_division_rounds_correctly_where_the_device_offers_it(device, monkeypatch):
