@@ -372,22 +372,27 @@ inline void adaptive_row16(__global const elem_t *xp, __global elem_t *out, long
 
 /* A CPU's channels-last backward (channels_inner == 16): the gradient of each element of
  * input row h of image gp, 16 channels at a time, the shares of its cells in output order
- * added to +0 (a -0 share leaves +0 on a CPU: no plus_zero). */
+ * added to +0 (a -0 share leaves +0 on a CPU: no plus_zero), worked out once for each run
+ * of columns in the same cells (their two divisions per share bound the kernel). */
 #define NO_PLUS_ZERO(v) (v)
 inline void adaptive_share_row16(__global const elem_t *gp, __global elem_t *grad_x, long at,
                                  long out_sw, int2 ch, int H, int W, int OH, int OW, int h,
                                  long g_sh, long g_sw)
 {
-    int oh0, oh1;
+    int oh0, oh1, ow0, ow1;
     cells_at(h, H, OH, &oh0, &oh1);
-    for (int w = 0; w < W; ++w, at += out_sw) {
-        int ow0 = cell_start(w, OW, W), ow1 = cell_end(w, OW, W);
-        for (int c = ch.x; c < ch.y; c += 16) {
-            acc16_t g = 0;
+    for (int c = ch.x; c < ch.y; c += 16) {
+        acc16_t g = 0;
+        long a = at + c;
+        for (int w = 0, next = 0; w < W; ++w, a += out_sw) {
+            if (w == next) {
+                next = cells_at(w, W, OW, &ow0, &ow1);
+                g = 0;
 #define GRAD(oh, ow) LOAD16(gp, (long)(oh) * g_sh + (long)(ow) * g_sw + c)
-            SUM_SHARES(g, GRAD, NO_PLUS_ZERO)
+                SUM_SHARES(g, GRAD, NO_PLUS_ZERO)
 #undef GRAD
-            STORE16(grad_x, at + c, g);
+            }
+            STORE16(grad_x, a, g);
         }
     }
 }
