@@ -344,6 +344,14 @@ def nhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
            _as_cpu(lambda: clpool.adaptive_max_pool2d_backward(gc16, x16,
                                                                stored_channels_last(im16))),
            lambda: ref.adaptive_max_pool_backward(gc16, x16, im16, 2))
+    y16, i16 = ref.max_pool2d_with_indices(x16, 2, 2, 0)
+    y16 = y16.astype(dtype)  # exact: a max
+    size16 = ref.unpool_size(y16.shape, 2, 2, 2, 0, x16.shape[-2:])[-2:]
+    for how, indices in (("", i16), ("fallback/", i16[..., ::-1].copy())):
+        yc16, ic16 = stored_channels_last(y16), stored_channels_last(indices)
+        yield (f"nhwc/max_unpool2d/lanes16/{how}tile",
+               _as_cpu(lambda yc=yc16, ic=ic16: clpool.max_unpool2d(yc, ic, 2, 2, 0, size16)),
+               lambda i=indices: ref.max_unpool(y16, i, 2, 2, 2, 0, size16))
     yield ("nhwc/adaptive_avg_pool2d/lanes4", lambda: clpool.adaptive_avg_pool2d(x4, (3, 2)),
            lambda: ref.adaptive_avg_pool2d(x4, (3, 2)))
     yield ("nhwc/adaptive_avg_pool2d/global",

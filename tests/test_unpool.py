@@ -590,17 +590,21 @@ def _channels_last(spatial: int, t):
 
 
 def _channels_last_cases(spatial: int):
-    """(x, indices, k, s, p, output size): max_pool's, windows that tile an output larger
-    than they cover (1-D, 2-D), overlapping windows, and the last two's indices moved
-    outside their windows."""
+    """(x, indices, k, s, p, output size): max_pool's, of 5 and of 19 channels (a CPU's
+    rows take 16 of them at a time, then the rest one by one), windows that tile an output
+    larger than they cover (1-D, 2-D), overlapping windows, and the last two's indices
+    moved outside their windows."""
     rng = np.random.default_rng(90 + spatial)
     for _ in range(3):
         x, y, i, k, s, p = _pooled(rng, spatial)
         yield y, i, k, s, p, x.shape[-spatial:]
-    x = torch.from_numpy(rng.standard_normal((2, 5, *(5, 7, 3)[:spatial])).astype(np.float32))
-    y, i = POOL[spatial](x, 2, 2, return_indices=True)
-    yield y, i, 2, 2, 0, x.shape[-spatial:]
-    yield y, i.flip(-1).contiguous(), 2, 2, 0, x.shape[-spatial:]  # outside their windows
+    for channels in (5, 19):
+        x = rng.standard_normal((2, channels, *(5, 7, 3)[:spatial])).astype(np.float32)
+        y, i = POOL[spatial](torch.from_numpy(x), 2, 2, return_indices=True)
+        yield y, i, 2, 2, 0, x.shape[-spatial:]
+        moved = i.clone()  # outside their windows: in the first 16 channels only
+        moved[:, :16] = i[:, :16].flip(-1)
+        yield y, moved, 2, 2, 0, x.shape[-spatial:]
     for x, i, k, s, p, size in _window_cases(spatial):
         shuffled = rng.permutation(i.ravel()).reshape(i.shape)
         for indices in (i, shuffled):
@@ -658,14 +662,35 @@ def _tiles_rows(launched) -> bool:
     return any(name == "max_unpool_tile_rows" for name, _ in launched)
 
 
+@pytest.mark.parametrize("channel", [2, 17])
+def test_a_cpus_channels_last_tiles_take_an_index_past_the_last_column_as_outside(channel):
+    """Output width 5 from windows of 2 on 3 columns: the last window's second column lies
+    past the row, so its index 5 names the next row's first element, in another window."""
+    from clpool import policy
+
+    y = torch.from_numpy(np.random.default_rng(13).standard_normal((1, 19, 2, 3)).astype("f4"))
+    corners = torch.tensor([[0, 2, 4], [10, 12, 14]])  # each window's first element
+    i = corners.expand(1, 19, 2, 3).clone()
+    i[0, channel, 0, 2] = 5
+    y, i = (t.contiguous(memory_format=torch.channels_last) for t in (y, i))
+    with policy.use(gpu=False):
+        got = clpool.max_unpool2d(y, i, 2, output_size=(4, 5))
+    assert same_bits(got.numpy(), F.max_unpool2d(y, i, 2, output_size=(4, 5)).numpy())
+
+
+@pytest.mark.parametrize("channel, channels", [(2, 4), (2, 19), (17, 19)])
 @pytest.mark.parametrize("bad", [-1, 16])
-def test_a_cpus_channels_last_tiles_flag_an_index_outside_the_output(bad, launched, device):
+def test_a_cpus_channels_last_tiles_flag_an_index_outside_the_output(
+    bad, channel, channels, launched, device
+):
+    """In the channels a CPU's rows check one by one and in those it checks 16 at a time."""
     from clpool import launch, policy
 
     queue = clpool.default_queue(device)
-    x = torch.from_numpy(np.random.default_rng(12).standard_normal((1, 4, 4, 4)).astype("f4"))
+    rng = np.random.default_rng(12)
+    x = torch.from_numpy(rng.standard_normal((1, channels, 4, 4)).astype("f4"))
     y, i = F.max_pool2d(x, 2, return_indices=True)
-    i[0, 2, 1, 0] = bad
+    i[0, channel, 1, 0] = bad
     y, i = (launch.channels_last_array(queue, t.numpy()) for t in (y, i))
     with policy.use(gpu=False), pytest.raises(PoolArgumentError, match="invalid max index"):
         clpool.max_unpool2d(y, i, 2)
