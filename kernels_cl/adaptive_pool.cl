@@ -352,21 +352,29 @@ inline void add_compensated16(acc16_t *total, acc16_t *c, acc16_t v)
 }
 
 /* A CPU's channels-last forward (channels_inner == 16: plane.h): the cells of output row
- * oh of image xp, 16 of channels ch at a time, summed as the 4-channel items sum them. */
+ * oh of image xp, 16 of channels ch at a time, summed as the 4-channel items sum them;
+ * each pixel's channels read at once, in memory order (16 channels at a time over the
+ * whole cell read each pixel's lines a stride apart: the global average of
+ * [16,256,56,56] NHWC took 1.9-2.2 ms against 0.8 on Debian's PoCL). */
 inline void adaptive_row16(__global const elem_t *xp, __global elem_t *out, long at,
                            long out_sw, int2 ch, int H, int W, int OH, int OW, int oh,
                            long x_sh, long x_sw)
 {
-    int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
+    int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH), n16 = (ch.y - ch.x) / 16;
+    acc16_t total[16], comp[16], s[16]; /* up to 256 channels (row16_channels) */
     for (int ow = 0; ow < OW; ++ow, at += out_sw) {
         int w0 = cell_start(ow, W, OW), w1 = cell_end(ow, W, OW);
-        for (int c = ch.x; c < ch.y; c += 16) {
-            acc16_t total = 0, comp = 0;
-            FOR_CELL_BLOCKS(acc16_t s = 0;
-                            FOR_BLOCK_PIXELS(s += LOAD16(xp, (long)h * x_sh + (long)w * x_sw + c);)
-                            add_compensated16(&total, &comp, s);)
-            STORE16(out, at + c, total / (acc_t)(h1 - h0) / (acc_t)(w1 - w0));
-        }
+        for (int k = 0; k < n16; ++k)
+            total[k] = comp[k] = 0;
+        FOR_CELL_BLOCKS(for (int k = 0; k < n16; ++k) s[k] = 0;
+                        FOR_BLOCK_PIXELS(long px = (long)h * x_sh + (long)w * x_sw + ch.x;
+                                         for (int k = 0; k < n16; ++k)
+                                             s[k] += LOAD16(xp, px + 16 * k);)
+                        for (int k = 0; k < n16; ++k)
+                            add_compensated16(&total[k], &comp[k], s[k]);)
+        for (int k = 0; k < n16; ++k)
+            STORE16(out, at + ch.x + 16 * k,
+                    total[k] / (acc_t)(h1 - h0) / (acc_t)(w1 - w0));
     }
 }
 
