@@ -123,8 +123,8 @@ def _plan_forward(
             pool3d._step_strided(p, "adaptive_max_pool3d_forward_strided", {"x": 0}, slots,
                                  **sizes)  # fmt: skip
         return p.plan("x")
-    strided = p.strided  # a 2-D input read as it is, by a _strided kernel (3-D: above)
-    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow), everywhere=strided)
+    # from here on a strided input is 2-D, read as it is by a _strided kernel (3-D: above)
+    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow), everywhere=p.strided)
     if cells is not None:
         p.family = "max"
         tuned_as = "max_pool2d_forward" if with_indices else "max_pool2d_values"
@@ -133,17 +133,17 @@ def _plan_forward(
         p.specialize("adaptive_max_pool_forward", _extents((d, h, w), (od, oh, ow)))
         p.cell_bounds(d, h, w, od, oh, ow)
     out_shape = tuple(x.shape[:-rank]) + out
-    like = 0 if strided else None  # the input's memory format, as ATen's
+    like = 0 if p.strided else None  # the input's memory format, as ATen's
     p.output("out", out_shape, like=like)
     if with_indices:
         p.output("indices", out_shape, np.dtype(f"int{p.index_bits}"), like=like)
     else:
         p.options += ("-DCLPOOL_NO_INDICES",)
     slots = None if with_indices else {"indices": "out"}  # a placeholder, untouched
-    if n * c * od * oh * ow and strided and cells is not None:
+    if n * c * od * oh * ow and p.strided and cells is not None:
         p.step_strided("max_pool2d_forward_strided", {"x": 0}, slots, lanes=4,
                        tile=ops._nhwc_tile(p, cells), **ops._max_sizes(cells, h, w))  # fmt: skip
-    elif n * c * od * oh * ow and strided:
+    elif n * c * od * oh * ow and p.strided:
         p.step_strided("adaptive_max_pool2d_forward_strided", {"x": 0}, slots,
                        H=h, W=w, OH=oh, OW=ow)  # fmt: skip
     elif n * c * od * oh * ow and cells is not None:

@@ -456,7 +456,8 @@ class Planner:
         channel_strides = view_strides | {strides[1]}
         # any output whose channels are contiguous (a 1 x 1 plane's too, C-contiguous as well)
         if len(out.shape) == 4 and self.cpu_rows16(name, c, view_strides, strides[1]):
-            # rows of an image, their channels in runs of up to 256 (clpool.h)
+            # rows of an image, their channels in runs of up to 256 (clpool.h's
+            # row16_channels; adaptive_row16 holds a sum for each 16 of them, 16 at most)
             inner, per_item, geometry = True, 16, (-(-c // 256), 1, n * h)
         else:
             per_item = lanes if channel_strides == {1} and c % lanes == 0 else 1
