@@ -153,10 +153,23 @@ __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out
     int tiled = kh == sh && kw == sw && ph == 0 && pw == 0 && OH * kh == H && OW * kw == W;
     if (!tiled)
         clear_rows(xp, W, 0, H);
+    int2 vec = vector_outputs(W, OW, sw, pw, kw);
     for (int oh = 0; oh < OH; ++oh) {
         int top = oh * sh - ph, h0 = max(top, 0), h1 = min(top + kh, H);
         for (int ow = 0; ow < OW; ++ow) {
             int left = ow * sw - pw, w0 = max(left, 0), w1 = min(left + kw, W);
+#ifndef CLPOOL_NO_LANES16
+            if (sw == 2 && kw <= 4 && ow >= vec.x && ow <= vec.y) { /* one divisor */
+                acc16_t v = plus_zero16(LOAD16(gp, (pos_t)oh * OW + ow)
+                                        / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
+                                                             count_include_pad,
+                                                             divisor_override));
+                for (int h = h0; h < h1; ++h)
+                    add_shares16_s2(xp, (pos_t)h * W + left, kw, v, tiled);
+                ow += 15;
+                continue;
+            }
+#endif
             acc_t v = plus_zero(LOAD(gp, (pos_t)oh * OW + ow)
                                 / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
                                                      count_include_pad, divisor_override));

@@ -561,6 +561,62 @@ inline void add_to_row(__global elem_t *p, pos_t row, pos_t w0, pos_t w1, acc_t 
         STORE(p, row + w, (fresh ? (acc_t)0 : LOAD(p, row + w)) + v);
 }
 
+#ifndef CLPOOL_NO_LANES16
+/* v shifted up a lane (lane 0: +0); the even and the odd lanes of a and b; the 16-lane
+ * interleaves of e and o: every lane named, as load16_strided's (PoCL runs shuffle2 lane
+ * by lane, Oclgrind crashes on .even and .s02468ace). */
+#define LANE_UP(v)                                                                  \
+    ((acc16_t)(0, (v).s0, (v).s1, (v).s2, (v).s3, (v).s4, (v).s5, (v).s6, (v).s7, (v).s8, \
+               (v).s9, (v).sa, (v).sb, (v).sc, (v).sd, (v).se))
+#define EVENS(a, b)                                                                 \
+    ((acc16_t)((a).s0, (a).s2, (a).s4, (a).s6, (a).s8, (a).sa, (a).sc, (a).se, (b).s0, \
+               (b).s2, (b).s4, (b).s6, (b).s8, (b).sa, (b).sc, (b).se))
+#define ODDS(a, b)                                                                  \
+    ((acc16_t)((a).s1, (a).s3, (a).s5, (a).s7, (a).s9, (a).sb, (a).sd, (a).sf, (b).s1, \
+               (b).s3, (b).s5, (b).s7, (b).s9, (b).sb, (b).sd, (b).sf))
+#define EVEN_ODD_LO(e, o)                                                           \
+    ((acc16_t)((e).s0, (o).s0, (e).s1, (o).s1, (e).s2, (o).s2, (e).s3, (o).s3, (e).s4, \
+               (o).s4, (e).s5, (o).s5, (e).s6, (o).s6, (e).s7, (o).s7))
+#define EVEN_ODD_HI(e, o)                                                           \
+    ((acc16_t)((e).s8, (o).s8, (e).s9, (o).s9, (e).sa, (o).sa, (e).sb, (o).sb, (e).sc, \
+               (o).sc, (e).sd, (o).sd, (e).se, (o).se, (e).sf, (o).sf))
+
+/* The shares v.sk of 16 windows of stride 2 and kw <= 4 columns starting at column `at` of
+ * a row of p, added to the columns each covers (= 0 + v where `fresh`), in registers: an
+ * element two windows cover gets the earlier window's share first, as add_to_row adds
+ * them one window after another. The even columns at + 2k take taps 0 and 2 (window k and
+ * k - 1), the odd ones taps 1 and 3; the row holds p[at .. at + 30 + kw]. The per-plane
+ * average backwards, kernel time on this project's CPU (Debian's PoCL, Intel's runtime):
+ * avg_pool2d_backward k3 s2 p1 of [8,64,112,112] 4.3-5.2 -> 1.5-1.6 ms, k2 s2 of
+ * [16,256,56,56] 4.9-6.6 -> 3.2-3.4 ms, avg_pool3d_backward k3 s2 p1 of [2,64,16,56,56]
+ * 5.1-9.3 -> 2.9-3.3 ms; the same adds tap by tap through memory, each reloading the
+ * vectors the last tap stored, were slower than scalar adds (4.3 -> 5.2 ms). */
+inline void add_shares16_s2(__global elem_t *p, pos_t at, int kw, acc16_t v, int fresh)
+{
+    acc16_t a = LOAD16(p, at), b = LOAD16(p, at + 16);
+    acc16_t e = fresh ? (acc16_t)0 : EVENS(a, b);
+    acc16_t o = fresh ? (acc16_t)0 : ODDS(a, b);
+    acc_t e16 = kw > 2 ? LOAD(p, at + 32) : 0, o16 = kw > 3 ? LOAD(p, at + 33) : 0;
+    if (kw > 3) { /* tap 3 of window k - 1, then tap 1 of window k */
+        o += LANE_UP(v);
+        o16 += v.sf;
+    }
+    if (kw > 2) { /* tap 2 of window k - 1, then tap 0 of window k */
+        e += LANE_UP(v);
+        e16 += v.sf;
+    }
+    if (kw > 1)
+        o += v;
+    e += v;
+    STORE16(p, at, EVEN_ODD_LO(e, o));
+    STORE16(p, at + 16, EVEN_ODD_HI(e, o));
+    if (kw > 2)
+        STORE(p, at + 32, e16);
+    if (kw > 3)
+        STORE(p, at + 33, o16);
+}
+#endif
+
 /* Rows from .. to - 1 of plane p (of width W) = 0; returns the rows cleared so far,
  * max(from, to). The per-plane max backward clears each row just before the first window
  * that reaches it, so that it is still in cache when gradients are added into it

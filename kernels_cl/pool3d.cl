@@ -443,6 +443,7 @@ __kernel void avg_pool3d_backward_plane(__global const elem_t *restrict grad_out
     __global const elem_t *gp = grad_out + volume * OD * OH * OW;
     __global elem_t *xp = grad_x + volume * D * HW;
     int cleared = 0;
+    int2 vec = vector_outputs(W, OW, sw, pw, kw);
     for (int od = 0; od < OD; ++od) {
         int ds = od * sd - pd, d0 = max(ds, 0), d1 = min(ds + kd, D);
         cleared = clear_depths(xp, HW, cleared, d1);
@@ -452,6 +453,18 @@ __kernel void avg_pool3d_backward_plane(__global const elem_t *restrict grad_out
                 int ws = ow * sw - pw, w0 = max(ws, 0), w1 = min(ws + kw, W);
                 if (d0 >= d1 || h0 >= h1 || w0 >= w1)
                     continue; /* no element (a divisor of 0) */
+#ifndef CLPOOL_NO_LANES16
+                if (sw == 2 && kw <= 4 && ow >= vec.x && ow <= vec.y) { /* one divisor */
+                    acc16_t v = plus_zero16(
+                        LOAD16(gp, ((pos_t)od * OH + oh) * OW + ow)
+                        / (acc_t)avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS));
+                    for (int d = d0; d < d1; ++d)
+                        for (int h = h0; h < h1; ++h)
+                            add_shares16_s2(xp, (pos_t)d * HW + (pos_t)h * W + ws, kw, v, 0);
+                    ow += 15;
+                    continue;
+                }
+#endif
                 long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
                 acc_t v = plus_zero(LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / (acc_t)div);
                 for (int d = d0; d < d1; ++d)

@@ -523,6 +523,10 @@ def plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
             x, *a)), lambda x=x, a=(k, s, p): ref.max_pool2d(x, *a))
         yield (f"plane/avg_pool2d/{name}", _as_cpu(lambda x=x, a=(k, s, p): clpool.avg_pool2d(
             x, *a)), lambda x=x, a=(k, s, p): ref.avg_pool2d(x, *a))
+        grad = _data(ref.avg_pool2d(x, k, s, p).shape, dtype, 870 + seed)
+        yield (f"plane/avg_pool2d_backward/{name}",
+               _as_cpu(lambda g=grad, x=x, a=(k, s, p): clpool.avg_pool2d_backward(g, x, *a)),
+               lambda g=grad, x=x, a=(k, s, p): ref.avg_pool2d_backward(g, x, *a))
         yield from _wide_max_backward(f"plane/max_pool2d_with_indices_backward/{name}", x,
                                       (k, s, p), dtype, 850 + seed, MAX_2D)
     for name, run, want in adaptive_cases(dtype, ADAPTIVE + CPU_ADAPTIVE):

@@ -362,6 +362,35 @@ def test_device_arrays(device, plane):
         del context
 
 
+@pytest.mark.parametrize("rank", [2, 3])
+def test_a_cpus_wide_rows_of_average_shares_give_pytorchs_bits(device, rank):
+    """The per-plane average backwards add the shares of 16 windows of stride 2 (2 to 4
+    columns) at once where they lie inside a row: each element still sums its windows'
+    shares in output order, PyTorch CPU's bits, with windows overlapping by 0 to 2 columns,
+    padding, count_include_pad off, a divisor override, ceil mode, and the rows' first and
+    last windows one by one (rows of 36 to 91 columns); a tiny gradient's +0 where the
+    windows tile the plane."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(3600 + rank)
+    windows = [(2, 2, 0, False, True, None), (3, 2, 1, False, True, None),
+               (4, 2, 2, False, True, None), (3, 2, 1, True, False, None),
+               (4, 2, 1, True, True, 7), ((3, 2, 4), 2, (1, 0, 2), False, False, None)]
+    for w, args in enumerate(windows):
+        if rank == 2 and isinstance(args[0], tuple):
+            args = ((args[0][1], args[0][2]), args[1], args[2][1:]) + args[3:]
+        spatial = (6, 8, 36 + 11 * w)[-rank:]
+        x = data(rng, (2, 3) + spatial)
+        xt = torch.from_numpy(x).requires_grad_()
+        y = getattr(F, f"avg_pool{rank}d")(xt, *args)
+        g = data(rng, tuple(y.shape))
+        g[0, 0].reshape(-1)[::3] = -(2.0**-149)
+        y.backward(torch.from_numpy(g))
+        with policy.use(per_plane=True):
+            got = getattr(clpool, f"avg_pool{rank}d_backward")(g, x, *args)
+        assert same_bits(got, xt.grad.numpy()), (rank, args)
+
+
 def test_tall_wide_and_many_planes():
     for shape in [(1, 1, 100_001, 2), (1, 1, 2, 100_001), (2, 70_001, 2, 2)]:
         x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
