@@ -484,6 +484,25 @@ inline tile_windows windows_of_tile(int i0, int n, int size, int s, int p, int s
 #define COVERS(t, i, b, n, s, span) ((n) == 1 || INSIDE((i) + (t).lead - (b) * (s), span))
 
 #ifndef CLPOOL_NO_LANES16
+/* v shifted up a lane (lane 0: +0); the even and the odd lanes of a and b; the 16-lane
+ * interleaves of e and o: every lane named (PoCL runs shuffle2 lane by lane, Oclgrind
+ * crashes on .even and .s02468ace; load16_strided below). */
+#define LANE_UP(v)                                                                  \
+    ((acc16_t)(0, (v).s0, (v).s1, (v).s2, (v).s3, (v).s4, (v).s5, (v).s6, (v).s7, (v).s8, \
+               (v).s9, (v).sa, (v).sb, (v).sc, (v).sd, (v).se))
+#define EVENS(a, b)                                                                 \
+    ((acc16_t)((a).s0, (a).s2, (a).s4, (a).s6, (a).s8, (a).sa, (a).sc, (a).se, (b).s0, \
+               (b).s2, (b).s4, (b).s6, (b).s8, (b).sa, (b).sc, (b).se))
+#define ODDS(a, b)                                                                  \
+    ((acc16_t)((a).s1, (a).s3, (a).s5, (a).s7, (a).s9, (a).sb, (a).sd, (a).sf, (b).s1, \
+               (b).s3, (b).s5, (b).s7, (b).s9, (b).sb, (b).sd, (b).sf))
+#define EVEN_ODD_LO(e, o)                                                           \
+    ((acc16_t)((e).s0, (o).s0, (e).s1, (o).s1, (e).s2, (o).s2, (e).s3, (o).s3, (e).s4, \
+               (o).s4, (e).s5, (o).s5, (e).s6, (o).s6, (e).s7, (o).s7))
+#define EVEN_ODD_HI(e, o)                                                           \
+    ((acc16_t)((e).s8, (o).s8, (e).s9, (o).s9, (e).sa, (o).sa, (e).sb, (o).sb, (e).sc, \
+               (o).sc, (e).sd, (o).sd, (e).se, (o).se, (e).sf, (o).sf))
+
 /* p[i], p[i + s], .. p[i + 15 * s] as a vector: one load (s == 1), the even lanes of two
  * (s == 2), or 16 loads. The even lanes are named one by one: Debian's PoCL 3.1 runs
  * shuffle2 lane by lane (max_pool1d k3 s2 of [16,256,4096] 4.97 -> 2.29 ms, avg_pool2d k3
@@ -496,8 +515,7 @@ inline acc16_t load16_strided(__global const elem_t *p, pos_t i, int s)
         return LOAD16(p, i);
     if (s == 2) {
         acc16_t a = LOAD16(p, i), b = LOAD16(p, i + 16);
-        return (acc16_t)(a.s0, a.s2, a.s4, a.s6, a.s8, a.sa, a.sc, a.se, b.s0, b.s2, b.s4,
-                         b.s6, b.s8, b.sa, b.sc, b.se);
+        return EVENS(a, b);
     }
     acc_t lane[16];
     for (int k = 0; k < 16; ++k)
@@ -562,25 +580,6 @@ inline void add_to_row(__global elem_t *p, pos_t row, pos_t w0, pos_t w1, acc_t 
 }
 
 #ifndef CLPOOL_NO_LANES16
-/* v shifted up a lane (lane 0: +0); the even and the odd lanes of a and b; the 16-lane
- * interleaves of e and o: every lane named, as load16_strided's (PoCL runs shuffle2 lane
- * by lane, Oclgrind crashes on .even and .s02468ace). */
-#define LANE_UP(v)                                                                  \
-    ((acc16_t)(0, (v).s0, (v).s1, (v).s2, (v).s3, (v).s4, (v).s5, (v).s6, (v).s7, (v).s8, \
-               (v).s9, (v).sa, (v).sb, (v).sc, (v).sd, (v).se))
-#define EVENS(a, b)                                                                 \
-    ((acc16_t)((a).s0, (a).s2, (a).s4, (a).s6, (a).s8, (a).sa, (a).sc, (a).se, (b).s0, \
-               (b).s2, (b).s4, (b).s6, (b).s8, (b).sa, (b).sc, (b).se))
-#define ODDS(a, b)                                                                  \
-    ((acc16_t)((a).s1, (a).s3, (a).s5, (a).s7, (a).s9, (a).sb, (a).sd, (a).sf, (b).s1, \
-               (b).s3, (b).s5, (b).s7, (b).s9, (b).sb, (b).sd, (b).sf))
-#define EVEN_ODD_LO(e, o)                                                           \
-    ((acc16_t)((e).s0, (o).s0, (e).s1, (o).s1, (e).s2, (o).s2, (e).s3, (o).s3, (e).s4, \
-               (o).s4, (e).s5, (o).s5, (e).s6, (o).s6, (e).s7, (o).s7))
-#define EVEN_ODD_HI(e, o)                                                           \
-    ((acc16_t)((e).s8, (o).s8, (e).s9, (o).s9, (e).sa, (o).sa, (e).sb, (o).sb, (e).sc, \
-               (o).sc, (e).sd, (o).sd, (e).se, (o).se, (e).sf, (o).sf))
-
 /* The shares v.sk of 16 windows of stride 2 and kw <= 4 columns starting at column `at` of
  * a row of p, added to the columns each covers (= 0 + v where `fresh`), in registers: an
  * element two windows cover gets the earlier window's share first, as add_to_row adds
