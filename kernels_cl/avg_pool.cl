@@ -60,11 +60,15 @@ __kernel void avg_pool2d_forward(__global const elem_t *restrict x,
     }
     for (int r = 0; r < CLPOOL_ROWS && oh0 + r < OH; ++r) {
         acc_t avg[CLPOOL_COLS];
+#ifdef CLPOOL_AVG_DIVISOR
+        AVERAGES(UNROLL for (int c = 0; c < CLPOOL_COLS; ++c), avg[c], sum[r][c])
+#else
         UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
             avg[c] = plus_zero(sum[r][c] / (acc_t)avg_divisor(hs + r * sh, ws + c * sw, kh,
                                                               kw, H, W, ph, pw,
                                                               count_include_pad,
                                                               divisor_override));
+#endif
         STORE_COLS(out, (plane * OH + oh0 + r) * OW + ow0, avg, min(CLPOOL_COLS, OW - ow0))
     }
 }

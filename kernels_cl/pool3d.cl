@@ -338,10 +338,14 @@ __kernel void avg_pool3d_forward(__global const elem_t *restrict x,
         sum[i][r][c] = 0;
     WALK_TILE3D(xp, ds, hs, ws, sum[i][r][c] += v)
     acc_t avg[CLPOOL_3D_DEPTHS][CLPOOL_ROWS][CLPOOL_COLS];
+#ifdef CLPOOL_AVG_DIVISOR
+    AVERAGES(FOR_TILE(i, r, c), avg[i][r][c], sum[i][r][c])
+#else
     FOR_TILE(i, r, c) {
         divisor_t div = avg_divisor3d(ds + i * sd, hs + r * sh, ws + c * sw, AVG_POOL3D_ARGS);
         avg[i][r][c] = div ? plus_zero(sum[i][r][c] / (acc_t)div) : (acc_t)0;
     }
+#endif
     FOR_TILE_ROWS(i, r, od0, oh0)
         STORE_COLS(out, TILE_OUTPUT3D(volume, od0 + i, oh0 + r, ow0), avg[i][r],
                    min(CLPOOL_COLS, OW - ow0));

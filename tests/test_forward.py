@@ -286,6 +286,49 @@ def test_avg_and_adaptive_match_torch():
         assert_close(clpool.adaptive_avg_pool2d(x, size), want, 1e-5, (shape, size))
 
 
+def _sums_of_every_range(rng, shape, dtype):
+    """Values from tiny subnormals to near overflow, with NaN, infinities and both
+    zeros: window sums of every magnitude and the division's special cases."""
+    top = 900 if dtype == np.float64 else 120
+    x = rng.standard_normal(shape) * np.exp2(rng.integers(-top - 20, top, shape).astype(float))
+    x = x.astype(dtype).reshape(-1)
+    for value, count in ((NAN, 20), (INF, 20), (-INF, 20), (0.0, 200), (-0.0, 200)):
+        x[rng.integers(0, x.size, count)] = value
+    x[rng.integers(0, x.size, 500)] = np.finfo(dtype).smallest_subnormal * rng.integers(-9, 9, 500)
+    return x.reshape(shape)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_constant_divisor_gives_pytorchs_quotient_bits(device, build_options, dtype):
+    """Where every window divides by one build constant, a GPU's forward tiles divide by
+    its reciprocal with one correction (clpool.h's by_avg_divisor) and divide for real
+    only where a sum is NaN, infinite or tiny: PyTorch CPU's bits for sums of every
+    magnitude, NaN payloads included, in 1-D, 2-D and 3-D."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    if dtype == np.float64 and not device.double_fp_config:
+        pytest.skip("no float64 on this device")
+    rng = np.random.default_rng(4100)
+    cases = [(1, (4, 8, 999), (3, 2)), (1, (2, 5, 500), (5, 1, 2)),
+             (2, (2, 8, 40, 41), (3, 2, 1)), (2, (2, 3, 30, 33), (7, 3, 3)),
+             (3, (2, 3, 9, 20, 21), (3, 2, 1))]  # fmt: skip
+    inputs = [(rank, _sums_of_every_range(rng, shape, dtype), args)
+              for rank, shape, args in cases]  # fmt: skip
+    # Sums whose quotients by 6 lie halfway between two subnormals: the product by the
+    # reciprocal, corrected once, rounds some of them the wrong way.
+    halfway = np.zeros((2, 3, 1200), dtype)
+    odd = 2 * rng.integers(0, 2**20, (2, 3, 200)) + 1
+    halfway[..., ::6] = 3 * odd * np.finfo(dtype).smallest_subnormal
+    for rank, x, args in inputs + [(1, halfway, (6,))]:
+        shape = x.shape
+        want = getattr(F, f"avg_pool{rank}d")(torch.from_numpy(x), *args).numpy()
+        build_options.clear()
+        with policy.use(gpu=True, per_plane=False):
+            got = getattr(clpool, f"avg_pool{rank}d")(x, *args)
+        assert any(o.startswith("-DCLPOOL_AVG_DIVISOR=") for opts in build_options for o in opts)
+        assert same_bits(got, want), (rank, shape, args)
+
+
 # ---------------------------------------------------------------- edge cases by name
 
 
