@@ -173,8 +173,11 @@ def _step_strided(
 ) -> None:
     """Launch 3-D _strided kernel `name` over the elements of the call's first output,
     reading input i through its strides as view `v` for each `v: i` of `views`: the
-    work-items walk the channels innermost where any view or that output has them
-    contiguous (coalesced), 4 channels each where all do and they divide C; on a CPU, for
+    work-items walk the channels innermost where the largest of them (a forward's input, a
+    backward's gradient) has them contiguous (its accesses coalesced: on an H100,
+    avg_pool3d_backward of an NDHWC gradient into a C-contiguous one took 715 us with the
+    stores walking the channels, against 54 us from NCDHW), 4 channels each where all
+    views and the output do and they divide C; on a CPU, for
     a kernel of plans.CPU_ROWS where 16 divides C and the views' channels are contiguous
     (and the output's, unless plans.CPU_ROWS_ANY_OUTPUT), a row of an image each, 16
     channels a lane."""
@@ -184,12 +187,15 @@ def _step_strided(
     out_strides = (0,) * len(pad) + tuple(s // out.dtype.itemsize for s in out.strides)
     axes = ("sn", "sc", "sd", "sh", "sw")
     channels = [out_strides[1]]
+    counts = [math.prod(out.shape)]
     for view, i in views.items():
         strides = (0,) * (5 - p.arrays[i].ndim) + p.strides[i]
         scalars.update({f"{view}_{axis}": v for axis, v in zip(axes, strides, strict=True)})
         channels.append(strides[1])
+        counts.append(math.prod(p.arrays[i].shape))
     scalars.update({f"{out.slot}_{axis}": v for axis, v in zip(axes, out_strides, strict=True)})
-    inner = c > 1 and 1 in channels
+    largest = max(counts)
+    inner = c > 1 and 1 in (s for s, n_ in zip(channels, counts, strict=True) if n_ == largest)
     lanes = 4 if inner and set(channels) == {1} and c % 4 == 0 else 1
     geometry = (c // lanes, w, n * d * h) if inner else (w, h, n * c * d)
     # a CPU's rows of an image, their channels in runs of up to 256 (clpool.h)
