@@ -814,15 +814,31 @@ __kernel void avg_pool3d_forward_strided(__global const elem_t *restrict x,
 }
 
 #ifndef CLPOOL_NO_LANES16
-/* 16 channels' results from `at`, `sc` apart: one vector store where they are contiguous,
- * else one store each (a C-contiguous gradient of channels-last inputs). */
-inline void store16_channels(__global elem_t *p, long at, long sc, acc16_t v)
+/* 16 channels' results for element w of a row of W, from `at`: channels `sc` apart, the
+ * row's elements `step` apart. One vector store where the channels are contiguous. Into a
+ * C-contiguous gradient (of channels-last inputs), whole runs of 16 elements wait in
+ * `block` and go out as one vector per channel once complete: 16 streams of single
+ * elements a plane apart fall in the same cache sets ([2,64,16,56,56] k3 s2 p1 on PyPI's
+ * PoCL, an Intel Xeon: 11.5-11.7 -> 3.4-3.5 ms); the row's last partial run, one store
+ * each. */
+inline void store16_channels(__global elem_t *p, long at, long sc, long step, int w, int W,
+                             acc16_t v, acc_t *block)
 {
     if (sc == 1) {
         STORE16(p, at, v);
         return;
     }
     acc_t lane[16];
+    if (step == 1 && (w | 15) < W) {
+        vstore16(v, w & 15, block);
+        if ((w & 15) == 15)
+            for (int k = 0; k < 16; ++k) {
+                for (int j = 0; j < 16; ++j)
+                    lane[j] = block[j * 16 + k];
+                STORE16(p, at - 15 + k * sc, vload16(0, lane));
+            }
+        return;
+    }
     vstore16(v, 0, lane);
     for (int k = 0; k < 16; ++k)
         STORE(p, at + k * sc, lane[k]);
@@ -851,6 +867,7 @@ __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_o
          * ms, on Intel's runtime 16.3 -> 10.3) */
         for (int c = ch.x; c < ch.y; c += 16) {
             long at = AT3D_OUT(grad_x, n, c, d, h, 0);
+            acc_t block[16 * 16];
             for (int w = 0; w < W; ++w, at += grad_x_sw) {
                 window_range rw = windows_reaching(w, 1, W, sw, pw, kw, OW);
                 acc16_t g = 0;
@@ -861,7 +878,7 @@ __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_o
                                                           ow * sw - pw, AVG_POOL3D_ARGS);
                             g += LOAD16(gp, IN_VOLUME(grad_out, od, oh, ow) + c) / (acc_t)div;
                         }
-                store16_channels(grad_x, at, grad_x_sc, g);
+                store16_channels(grad_x, at, grad_x_sc, grad_x_sw, w, W, g, block);
             }
         }
         return;

@@ -20,6 +20,7 @@ from clpool import reference as ref  # noqa: E402
 from clpool.shapes import stored_channels_last  # noqa: E402
 
 CL = torch.channels_last
+CL3D = torch.channels_last_3d
 aten = torch.ops.aten
 
 # name -> (clpool forward, torch forward), the same arguments: ceil mode, dilation,
@@ -507,3 +508,23 @@ def test_a_3d_backward_into_a_contiguous_gradient_walks_its_rows(gpu, monkeypatc
     assert_close(got_adaptive, ref.adaptive_avg_pool3d_backward(g, x))
     assert got.flags.c_contiguous and got_adaptive.flags.c_contiguous
     assert len(sizes) == 2 and all(s[0] >= w and s[2] == n * c * d for s in sizes), sizes
+
+
+@pytest.mark.parametrize("w", [16, 37, 50])
+def test_a_cpus_ndhwc_average_backward_stores_whole_runs_of_16(w):
+    """On a CPU, avg_pool3d_backward of NDHWC arrays (16 channels a lane) into its
+    C-contiguous gradient keeps each row's whole runs of 16 elements and stores them as one
+    vector per channel, the rest one by one: PyTorch CPU's bits for rows of one, two and
+    three runs with a partial one, windows overlapping, padding, ceil mode and a divisor
+    override."""
+    rng = np.random.default_rng(3700 + w)
+    x = torch.from_numpy(data(rng, (2, 32, 3, 4, w))).contiguous(memory_format=CL3D)
+    for args in [(3, 2, 1), (2, 1, 0, True, True, 5), ((1, 2, 3), (1, 1, 2), (0, 1, 1))]:
+        xt = x.detach().clone().requires_grad_()
+        y = F.avg_pool3d(xt, *args)
+        g = torch.from_numpy(data(rng, tuple(y.shape))).contiguous(memory_format=CL3D)
+        y.backward(g)
+        with policy.use(gpu=False):
+            got = clpool.avg_pool3d_backward(g.numpy(), x.numpy(), *args)
+        want = xt.grad.numpy()
+        assert got.flags.c_contiguous and same_bits(got, np.ascontiguousarray(want)), args
