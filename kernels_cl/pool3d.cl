@@ -818,9 +818,9 @@ __kernel void avg_pool3d_forward_strided(__global const elem_t *restrict x,
  * row's elements `step` apart. One vector store where the channels are contiguous. Into a
  * C-contiguous gradient (of channels-last inputs), whole runs of 16 elements wait in
  * `block` and go out as one vector per channel once complete: 16 streams of single
- * elements a plane apart fall in the same cache sets ([2,64,16,56,56] k3 s2 p1 on PyPI's
- * PoCL, an Intel Xeon: 11.5-11.7 -> 3.4-3.5 ms); the row's last partial run, one store
- * each. */
+ * elements a plane apart fall in the same cache sets ([2,64,16,56,56] k3 s2 p1 on an
+ * Intel Xeon: Debian's PoCL 11.4-11.9 -> 3.4-3.6 ms, PyPI's 12.3 -> 6.0); the row's last
+ * partial run, one store each. */
 inline void store16_channels(__global elem_t *p, long at, long sc, long step, int w, int W,
                              acc16_t v, acc_t *block)
 {
