@@ -498,9 +498,8 @@ def test_a_3d_backward_into_a_contiguous_gradient_walks_its_rows(gpu, monkeypatc
         sizes.extend(s.global_size for s in plan.steps), run(plan, *a))[1])  # fmt: skip
     rng = np.random.default_rng(31)
     n, c, d, h, w = 2, 8, 5, 6, 33  # C % 16 != 0: no CPU rows of 16 channels
-    ndhwc = lambda a: np.moveaxis(np.ascontiguousarray(np.moveaxis(a, 1, -1)), -1, 1)  # noqa: E731
-    x = ndhwc(data(rng, (n, c, d, h, w)))
-    g = ndhwc(data(rng, (n, c, 3, 3, 17)))
+    x = stored_channels_last(data(rng, (n, c, d, h, w)))
+    g = stored_channels_last(data(rng, (n, c, 3, 3, 17)))
     with policy.use(gpu=gpu):
         got = clpool.avg_pool3d_backward(g, x, 3, 2, 1)
         got_adaptive = clpool.adaptive_avg_pool3d_backward(g, x)

@@ -306,7 +306,7 @@ def test_a_constant_divisor_gives_pytorchs_quotient_bits(device, build_options, 
     magnitude, NaN payloads included, in 1-D, 2-D and 3-D."""
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
-    if dtype == np.float64 and not device.double_fp_config:
+    if dtype == np.float64 and not discovery.has_fp64(device):
         pytest.skip("no float64 on this device")
     rng = np.random.default_rng(4100)
     cases = [(1, (4, 8, 999), (3, 2)), (1, (2, 5, 500), (5, 1, 2)),

@@ -285,9 +285,10 @@ def test_memory_stays_bounded(device, what, limit_mib):
     """Issue 18's targets, each in a child process, counted after warm-up calls (on an
     H100, NVIDIA's driver took 196 MiB for its first 10 images, then 8 MiB for 70 more,
     and 37 MiB for its first 10 contexts after 10, then 20 MiB for the last 60 of 100):
-    1,500 calls on new queues add under 15 MiB, 60 calls on new contexts under 40 MiB (a
-    PyOpenCL's own `x * 2` on new contexts grew 89 MiB a context there, 1.1 on PoCL), and 70 images
-    of varying size (adaptive forward and backward, a max pool) under 200 MiB."""
+    1,500 calls on new queues add under 15 MiB, 60 calls on new contexts under 40 MiB
+    (PyOpenCL's own `x * 2` on new contexts grew 89 MiB a context there, 1.1 on PyPI's
+    PoCL), and 70 images of varying size (adaptive forward and backward, a max pool) under
+    200 MiB."""
     run = subprocess.run([sys.executable, "-c", _MEMORY, what], capture_output=True, text=True,
                          timeout=600, env=dict(os.environ))
     assert run.returncode == 0, run.stderr[-3000:]
