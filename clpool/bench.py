@@ -365,14 +365,17 @@ def time_torch(case: Case, where: str, loops: int, min_time: float = MIN_TIME) -
 def host_overhead_us(rt: Runtime, loops: int, min_time: float = MIN_TIME) -> Record:
     """Per warm call on a tiny (1,1,4,4) device array, wall time back to back (us):
     clpool's max_pool2d k2, PyOpenCL's own `x * 2` on the same array and queue, and the
-    bare enqueue of an empty kernel; clpool's kernel time; clpool / (x * 2)."""
+    bare enqueue of an empty kernel; clpool's kernel time; clpool / (x * 2); and clpool's
+    max_pool2d k2 of a channels-last (1,4,4,4) array (its view's offset is an argument)."""
     x = cla.to_device(rt.queue, np.ones((1, 1, 4, 4), np.float32))
+    last = launch.channels_last_array(rt.queue, np.ones((1, 4, 4, 4), np.float32))
     finish = rt.queue.finish
 
     def pool() -> object:
         return ops.max_pool2d(x, 2)
 
     wall, _ = wall_us(pool, finish, loops, min_time)
+    last_wall, _ = wall_us(lambda: ops.max_pool2d(last, 2), finish, loops, min_time)
     kernel = kernel_us(pool, rt.queue, KERNEL_CALLS)
     mul, _ = wall_us(lambda: x * 2, finish, loops, min_time)
     program = cl.Program(rt.context, "__kernel void empty(__global float *a) {}").build()
@@ -389,6 +392,7 @@ def host_overhead_us(rt: Runtime, loops: int, min_time: float = MIN_TIME) -> Rec
         pyopencl_mul_us=mul,
         bare_enqueue_us=bare,
         ratio_to_mul=wall / mul,
+        channels_last_wall_us=last_wall,
     )
 
 

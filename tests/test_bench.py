@@ -19,7 +19,7 @@ ROW_KEYS = {"op", "shape", "params", "wall_us", "kernel_us", "calls", "bytes"}
 ROW_KEYS |= {"wall_gbps", "kernel_gbps", "kernel_fraction"}
 TORCH_KEYS = {"torch", "torch_wall_us", "torch_wall_gbps", "speedup"}
 HOST_KEYS = {"shape", "wall_us", "kernel_us", "pyopencl_mul_us", "bare_enqueue_us"}
-HOST_KEYS |= {"ratio_to_mul"}
+HOST_KEYS |= {"ratio_to_mul", "channels_last_wall_us"}
 STREAM_KEYS = {"op", "shape", "params", "wall_us", "kernel_us", "calls", "wall_over_kernel"}
 FAST = ["--min-time", "0.005", "--repeats", "1"]
 
