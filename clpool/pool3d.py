@@ -174,13 +174,14 @@ def _step_strided(
     """Launch 3-D _strided kernel `name` over the elements of the call's first output,
     reading input i through its strides as view `v` for each `v: i` of `views`: the
     work-items walk the channels innermost where the largest of them (a forward's input, a
-    backward's gradient) has them contiguous (its accesses coalesced: on an H100,
-    avg_pool3d_backward of an NDHWC gradient into a C-contiguous one took 715 us with the
-    stores walking the channels, against 54 us from NCDHW), 4 channels each where all
-    views and the output do and they divide C; on a CPU, for
-    a kernel of plans.CPU_ROWS where 16 divides C and the views' channels are contiguous
-    (and the output's, unless plans.CPU_ROWS_ANY_OUTPUT), a row of an image each, 16
-    channels a lane."""
+    backward's gradient) has them contiguous, 4 channels each where all views and the
+    output do and they divide C; on a CPU, for a kernel of plans.CPU_ROWS where 16 divides
+    C and the views' channels are contiguous (and the output's, unless
+    plans.CPU_ROWS_ANY_OUTPUT), a row of an image each, 16 channels a lane. Where the
+    views and the output disagree on a GPU, one side's accesses stay uncoalesced whichever
+    it walks (avg_pool3d_backward of an NDHWC grad_output into its C-contiguous gradient:
+    715 us walking the channels on an H100, 778 us walking W on the H200, against about 50
+    us from NCDHW; BENCHMARKS.md)."""
     out = p.outputs[0]
     pad = (1,) * (5 - len(out.shape))
     n, c, d, h, w = pad + out.shape

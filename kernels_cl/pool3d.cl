@@ -792,35 +792,14 @@ __kernel void max_pool3d_backward_strided(__global const elem_t *restrict grad_o
     store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes, 0);
 }
 
-/* avg_pool3d_forward for an input of any strides, out through its own strides. */
-__kernel void avg_pool3d_forward_strided(__global const elem_t *restrict x,
-                                         __global elem_t *restrict out,
-                                         STRIDED3D_FORWARD_SIZES, AVG_POOL3D_SIZES)
-{
-    FIX_WINDOW3D();
-    STRIDED_VOXEL(o, C, OD, OH, OW);
-    int lanes = lanes_of(channels_inner);
-    __global const elem_t *xp = x + AT3D(x, o.n, o.c, 0, 0, 0);
-    int ds = o.d * sd - pd, hs = o.h * sh - ph, ws = o.w * sw - pw;
-    int d1 = min(ds + kd, D), h1 = min(hs + kh, H), w1 = min(ws + kw, W);
-    acc4_t sum = 0;
-    for (int d = max(ds, 0); d < d1; ++d)
-        for (int h = max(hs, 0); h < h1; ++h)
-            for (int w = max(ws, 0); w < w1; ++w)
-                sum += load_lanes(xp, IN_VOLUME(x, d, h, w), lanes, 0);
-    long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
-    store_lanes(out, AT3D_OUT(out, o.n, o.c, o.d, o.h, o.w),
-                div ? plus_zero4(sum / (acc_t)div) : (acc4_t)0, lanes, 0);
-}
-
 #ifndef CLPOOL_NO_LANES16
 /* 16 channels' results for element w of a row of W, from `at`: channels `sc` apart, the
  * row's elements `step` apart. One vector store where the channels are contiguous. Into a
- * C-contiguous gradient (of channels-last inputs), whole runs of 16 elements wait in
- * `block` and go out as one vector per channel once complete: 16 streams of single
- * elements a plane apart fall in the same cache sets ([2,64,16,56,56] k3 s2 p1 on an
- * Intel Xeon: Debian's PoCL 11.4-11.9 -> 3.4-3.6 ms, PyPI's 12.3 -> 6.0); the row's last
- * partial run, one store each. */
+ * C-contiguous result (an average's, or its gradient, of channels-last inputs), whole runs
+ * of 16 elements wait in `block` and go out as one vector per channel once complete: 16
+ * streams of single elements a plane apart fall in the same cache sets ([2,64,16,56,56]
+ * k3 s2 p1 on an Intel Xeon: Debian's PoCL 11.4-11.9 -> 3.4-3.6 ms, PyPI's 12.3 -> 6.0);
+ * the row's last partial run, one store each. */
 inline void store16_channels(__global elem_t *p, long at, long sc, long step, int w, int W,
                              acc16_t v, acc_t *block)
 {
@@ -844,6 +823,55 @@ inline void store16_channels(__global elem_t *p, long at, long sc, long step, in
         STORE(p, at + k * sc, lane[k]);
 }
 #endif
+
+/* avg_pool3d_forward for an input of any strides, out through its own strides; a CPU
+ * takes an output row (od, oh) of an image, 16 channels a lane, with channels_inner == 16
+ * (x's channels contiguous, out's any: store16_channels). */
+__kernel void avg_pool3d_forward_strided(__global const elem_t *restrict x,
+                                         __global elem_t *restrict out,
+                                         STRIDED3D_FORWARD_SIZES, AVG_POOL3D_SIZES)
+{
+    FIX_WINDOW3D();
+#ifndef CLPOOL_NO_LANES16
+    if (channels_inner == 16) {
+        SPLIT_ROW(get_global_id(2), OH, nd, oh);
+        SPLIT_ROW(nd, OD, n, od);
+        __global const elem_t *xp = x + AT3D(x, n, 0, 0, 0, 0);
+        int ds = od * sd - pd, hs = oh * sh - ph;
+        int d1 = min(ds + kd, D), h1 = min(hs + kh, H);
+        int2 ch = row16_channels(C);
+        for (int c = ch.x; c < ch.y; c += 16) {
+            long at = AT3D_OUT(out, n, c, od, oh, 0);
+            acc_t block[16 * 16];
+            for (int ow = 0; ow < OW; ++ow, at += out_sw) {
+                int ws = ow * sw - pw, w1 = min(ws + kw, W);
+                acc16_t sum = 0;
+                for (int d = max(ds, 0); d < d1; ++d)
+                    for (int h = max(hs, 0); h < h1; ++h)
+                        for (int w = max(ws, 0); w < w1; ++w)
+                            sum += LOAD16(xp, IN_VOLUME(x, d, h, w) + c);
+                divisor_t div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
+                acc16_t avg = div ? sum / (acc_t)div : (acc16_t)0;
+                store16_channels(out, at, out_sc, out_sw, ow, OW, avg, block);
+            }
+        }
+        return;
+    }
+#endif
+    STRIDED_VOXEL(o, C, OD, OH, OW);
+    int lanes = lanes_of(channels_inner);
+    __global const elem_t *xp = x + AT3D(x, o.n, o.c, 0, 0, 0);
+    int ds = o.d * sd - pd, hs = o.h * sh - ph, ws = o.w * sw - pw;
+    int d1 = min(ds + kd, D), h1 = min(hs + kh, H), w1 = min(ws + kw, W);
+    acc4_t sum = 0;
+    for (int d = max(ds, 0); d < d1; ++d)
+        for (int h = max(hs, 0); h < h1; ++h)
+            for (int w = max(ws, 0); w < w1; ++w)
+                sum += load_lanes(xp, IN_VOLUME(x, d, h, w), lanes, 0);
+    long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
+    store_lanes(out, AT3D_OUT(out, o.n, o.c, o.d, o.h, o.w),
+                div ? plus_zero4(sum / (acc_t)div) : (acc4_t)0, lanes, 0);
+}
 
 /* avg_pool3d_backward for grad_out of any strides, grad_x through its own; a CPU takes an
  * input row (d, h) of an image, 16 channels a lane, with channels_inner == 16 (grad_out's

@@ -890,10 +890,13 @@ def ndhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
            _as_cpu(lambda: clpool.max_pool3d_with_indices_backward(
                g, x, *win, indices=stored_channels_last(idx))),
            lambda: ref.max_pool3d_with_indices_backward(g, x, idx, *win))
-    # and average: a row of the C-contiguous gradient stores its whole run of 16 elements
-    # one channel at a time from a private block, then its partial run one by one
+    # and average: a row of the C-contiguous output or gradient stores its whole run of 16
+    # elements one channel at a time from a private block, then its partial run one by one
     x = stored_channels_last(_data((1, 16, 2, 2, 20), dtype, 1242))
     ga = stored_channels_last(_data(ref.avg_pool3d(x, *avg).shape, dtype, 1243))
+    yield ("ndhwc/avg_pool3d/lanes16-runs",
+           _as_cpu(lambda: clpool.avg_pool3d(x, *avg)),
+           lambda: ref.avg_pool3d(x, *avg))
     yield ("ndhwc/avg_pool3d_backward/lanes16-runs",
            _as_cpu(lambda: clpool.avg_pool3d_backward(ga, x, *avg)),
            lambda: ref.avg_pool3d_backward(ga, x, *avg))

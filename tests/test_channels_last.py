@@ -510,6 +510,31 @@ def test_a_3d_backward_into_a_contiguous_gradient_walks_its_rows(gpu, monkeypatc
 
 
 @pytest.mark.parametrize("w", [16, 37, 50])
+def test_a_cpus_ndhwc_average_forward_stores_whole_runs_of_16(w, monkeypatch):
+    """On a CPU, avg_pool3d of an NDHWC input (an output row a work-item, 16 channels a
+    lane) into its C-contiguous output keeps each row's whole runs of 16 outputs and
+    stores them as one vector per channel, the rest one by one: PyTorch CPU's bits, signed
+    zeros included, for rows of one, two and three runs with a partial one, windows
+    overlapping, padding, ceil mode, count_include_pad off and a divisor override."""
+    sizes = []
+    run = launch.run
+    monkeypatch.setattr(launch, "run", lambda plan, *a: (
+        sizes.extend(s.global_size for s in plan.steps), run(plan, *a))[1])  # fmt: skip
+    rng = np.random.default_rng(3800 + w)
+    host = data(rng, (2, 32, 3, 4, w))
+    host[0, :, :2, :2] = -0.0  # windows of -0 alone average to +0, as PyTorch's
+    x = torch.from_numpy(host).contiguous(memory_format=CL3D)
+    cases = [(3, 1, 1), (3, 2, 1), (2, 1, 1, True, False), (2, 1, 0, True, True, 5)]
+    for args in [*cases, ((1, 2, 3), (1, 1, 2), (0, 1, 1))]:
+        with policy.use(gpu=False):
+            got = clpool.avg_pool3d(x.numpy(), *args)
+        want = F.avg_pool3d(x, *args).numpy()
+        assert got.flags.c_contiguous and same_bits(got, np.ascontiguousarray(want)), args
+        n, _, od, oh, _ = want.shape
+        assert sizes.pop() == (1, 1, n * od * oh), args  # one run of channels, rows
+
+
+@pytest.mark.parametrize("w", [16, 37, 50])
 def test_a_cpus_ndhwc_average_backward_stores_whole_runs_of_16(w):
     """On a CPU, avg_pool3d_backward of NDHWC arrays (16 channels a lane) into its
     C-contiguous gradient keeps each row's whole runs of 16 elements and stores them as one
