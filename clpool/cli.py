@@ -238,7 +238,8 @@ def _bench_text(report: dict[str, Any]) -> str:
         f"{host['pyopencl_mul_us']:.1f} us (clpool / (x * 2) = {host['ratio_to_mul']:.2f}), "
         f"empty kernel enqueue {host['bare_enqueue_us']:.1f} us; "
         f"clpool kernel {host['kernel_us']:.1f} us; clpool max_pool2d k2 of a channels-last "
-        f"1x4x4x4 array {host['channels_last_wall_us']:.1f} us",
+        f"{'x'.join(map(str, host['channels_last_shape']))} array "
+        f"{host['channels_last_wall_us']:.1f} us",
         f"stream, {stream['op']} {stream['params']} on {'x'.join(map(str, stream['shape']))}"
         f" back to back: wall {stream['wall_us']:.1f} us/call, kernel "
         f"{stream['kernel_us']:.1f} us/call (wall / kernel = {stream['wall_over_kernel']:.2f}; "

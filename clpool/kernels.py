@@ -285,13 +285,14 @@ class Launch:
         with self.lock:
             for index, slot in self.bound:
                 value = slots[slot]
-                if isinstance(value, np.int64):
-                    if self.offsets.get(index) == value:
-                        continue
-                    self.offsets[index] = value
+                offset = value if isinstance(value, np.int64) else None
+                if offset is not None and self.offsets.get(index) == offset:
+                    continue
                 # pyopencl's stub takes a Buffer, not the MemoryObjectHolder (a pool's
                 # PooledBuffer) an Array's base_data is
                 self.kernel.set_arg(index, value)  # type: ignore[arg-type]
+                if offset is not None:
+                    self.offsets[index] = offset
             event = cl.enqueue_nd_range_kernel(
                 queue, self.kernel, self.global_size, self.local_size, wait_for=wait_for
             )

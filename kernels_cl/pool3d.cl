@@ -795,11 +795,12 @@ __kernel void max_pool3d_backward_strided(__global const elem_t *restrict grad_o
 #ifndef CLPOOL_NO_LANES16
 /* 16 channels' results for element w of a row of W, from `at`: channels `sc` apart, the
  * row's elements `step` apart. One vector store where the channels are contiguous. Into a
- * C-contiguous result (an average's, or its gradient, of channels-last inputs), whole runs
- * of 16 elements wait in `block` and go out as one vector per channel once complete: 16
- * streams of single elements a plane apart fall in the same cache sets ([2,64,16,56,56]
- * k3 s2 p1 on an Intel Xeon: Debian's PoCL 11.4-11.9 -> 3.4-3.6 ms, PyPI's 12.3 -> 6.0);
- * the row's last partial run, one store each. */
+ * C-contiguous result of channels-last inputs (avg_pool3d's output, its backward's
+ * gradient), whole runs of 16 elements wait in `block` and go out as one vector per
+ * channel once complete: 16 streams of single elements a plane apart fall in the same
+ * cache sets (the backward of [2,64,16,56,56] k3 s2 p1 on an Intel Xeon: Debian's PoCL
+ * 11.4-11.9 -> 3.4-3.6 ms, PyPI's 12.3 -> 6.0; the forward 7.6 -> 1.07 ms and 8.8-9.3 ->
+ * 2.46); the row's last partial run, one store each. */
 inline void store16_channels(__global elem_t *p, long at, long sc, long step, int w, int W,
                              acc16_t v, acc_t *block)
 {
@@ -826,7 +827,8 @@ inline void store16_channels(__global elem_t *p, long at, long sc, long step, in
 
 /* avg_pool3d_forward for an input of any strides, out through its own strides; a CPU
  * takes an output row (od, oh) of an image, 16 channels a lane, with channels_inner == 16
- * (x's channels contiguous, out's any: store16_channels). */
+ * (x's channels contiguous, out's any: store16_channels); a quotient that underflows to
+ * -0 is +0, as PyTorch's (plus_zero). */
 __kernel void avg_pool3d_forward_strided(__global const elem_t *restrict x,
                                          __global elem_t *restrict out,
                                          STRIDED3D_FORWARD_SIZES, AVG_POOL3D_SIZES)
@@ -851,7 +853,7 @@ __kernel void avg_pool3d_forward_strided(__global const elem_t *restrict x,
                         for (int w = max(ws, 0); w < w1; ++w)
                             sum += LOAD16(xp, IN_VOLUME(x, d, h, w) + c);
                 divisor_t div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
-                acc16_t avg = div ? sum / (acc_t)div : (acc16_t)0;
+                acc16_t avg = div ? plus_zero16(sum / (acc_t)div) : (acc16_t)0;
                 store16_channels(out, at, out_sc, out_sw, ow, OW, avg, block);
             }
         }

@@ -19,7 +19,7 @@ ROW_KEYS = {"op", "shape", "params", "wall_us", "kernel_us", "calls", "bytes"}
 ROW_KEYS |= {"wall_gbps", "kernel_gbps", "kernel_fraction"}
 TORCH_KEYS = {"torch", "torch_wall_us", "torch_wall_gbps", "speedup"}
 HOST_KEYS = {"shape", "wall_us", "kernel_us", "pyopencl_mul_us", "bare_enqueue_us"}
-HOST_KEYS |= {"ratio_to_mul", "channels_last_wall_us"}
+HOST_KEYS |= {"ratio_to_mul", "channels_last_shape", "channels_last_wall_us"}
 STREAM_KEYS = {"op", "shape", "params", "wall_us", "kernel_us", "calls", "wall_over_kernel"}
 FAST = ["--min-time", "0.005", "--repeats", "1"]
 
@@ -55,7 +55,8 @@ def _check_report(report: dict, device, ops: list[str], shape: list[int]) -> Non
         assert row["kernel_fraction"] == row["kernel_gbps"] / report["copy_gbps"]
     host, stream = report["host"], report["stream"]
     assert host.keys() == HOST_KEYS and host["shape"] == [1, 1, 4, 4]
-    _positive(host, HOST_KEYS - {"shape"})
+    assert host["channels_last_shape"] == [1, 4, 4, 4]
+    _positive(host, HOST_KEYS - {"shape", "channels_last_shape"})
     assert stream.keys() == STREAM_KEYS
     assert stream["op"] == "max_pool2d" and stream["params"] == "k3 s2 p1"
     assert stream["shape"][1:] == [64, 112, 112]

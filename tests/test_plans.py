@@ -68,23 +68,22 @@ def test_a_changed_signature_never_reuses_a_plan(device, queue, made):
         assert np.array_equal(got.get(), ref.max_pool2d(h, *args).astype(a.dtype)), args
     assert len(made) == len(cases)
     before = len(made)
-    assert np.array_equal(
-        clpool.max_pool2d(host, 3, 2, 1, ceil_mode=True),
-        ref.max_pool2d(host, 3, 2, 1, ceil_mode=True).astype(np.float32),
-    )
+    assert np.array_equal(clpool.max_pool2d(host, 3, 2, 1, ceil_mode=True),
+                          ref.max_pool2d(host, 3, 2, 1, ceil_mode=True).astype(np.float32))
     assert len(made) == before + 1
 
 
 def test_one_plan_takes_each_calls_offsets(queue, made):
-    """Views of one shape at different offsets share a plan, and each call reads its input
-    (a backward its gradient too) at its own offset, alternating as well as repeated."""
+    """Views of one shape at different offsets share a plan (forward and backward), and
+    each call reads its input (a backward its gradient too) at its own offset, repeated
+    and alternating."""
     rng = _rng(9)
     shape = (2, 3, 8, 10)
     size = int(np.prod(shape))
     host = rng.standard_normal(3 * size).astype(np.float32)
     grad = rng.standard_normal(3 * size // 4).astype(np.float32)
     flat, grad_flat = cla.to_device(queue, host), cla.to_device(queue, grad)
-    for start in (5, 11, 5, 11, 2 * size):
+    for start in (5, 5, 11, 5, 11, 11, 2 * size):
         x = flat[start : start + size].reshape(shape)
         x_host = host[start : start + size].reshape(shape)
         out, idx = clpool.max_pool2d_with_indices(x, 2)
@@ -97,6 +96,7 @@ def test_one_plan_takes_each_calls_offsets(queue, made):
         want_g = ref.max_pool2d_with_indices_backward(g_host, x_host, want_idx, 2)
         assert np.array_equal(got.get(), want_g.astype(np.float32)), start
     assert made.count("max_pool2d_with_indices") == 1
+    assert made.count("max_pool2d_with_indices_backward") == 1
 
 
 def test_an_invalid_argument_equal_to_a_valid_one_is_still_refused(queue):
@@ -150,9 +150,8 @@ def test_out_of_order_queue_gives_the_reference_answers(device):
         assert np.array_equal(clpool.max_pool2d(xd, 3, 2, 1).get(), want)
         xc = cla.to_device(q, x) + 0  # an elementwise kernel pending on x's copy
         assert np.array_equal(clpool.max_pool2d(xc, 3, 2, 1).get(), want)
-        np.testing.assert_allclose(
-            clpool.adaptive_avg_pool2d(xc, 1).get(), want_mean, rtol=1e-5, atol=1e-6
-        )
+        np.testing.assert_allclose(clpool.adaptive_avg_pool2d(xc, 1).get(), want_mean,
+                                   rtol=1e-5, atol=1e-6)
 
 
 def test_an_input_pending_on_another_queue_is_waited_for(device):
@@ -203,9 +202,8 @@ def test_each_kernel_signature_matches_its_source():
     # the _SIZES macros (on one line or continued), and those of one parameter v that
     # spell out a view's arguments (v##_sn, ...)
     macros = dict(re.findall(r"#define (\w+_SIZES)[ \t]*\\?\n?((?:.*\\\n)*.*)\n", text))
-    views = dict(
-        (n, (v, body)) for n, v, body in re.findall(r"#define (\w+)\((\w+)\) (.*long .*)\n", text)
-    )
+    views = dict((n, (v, body)) for n, v, body in
+                 re.findall(r"#define (\w+)\((\w+)\) (.*long .*)\n", text))
 
     def view(name: str, arg: str) -> str:
         if name not in views:
@@ -215,9 +213,8 @@ def test_each_kernel_signature_matches_its_source():
 
     def expand(params: str) -> str:
         while True:
-            done = re.sub(
-                r"\b(\w+_SIZES)\b", lambda m: macros[m.group(1)].replace("\\", ""), params
-            )
+            done = re.sub(r"\b(\w+_SIZES)\b", lambda m: macros[m.group(1)].replace("\\", ""),
+                          params)
             done = re.sub(r"\b(\w+)\((\w+)\)", lambda m: view(*m.groups()), done)
             if done == params:
                 return params
@@ -231,33 +228,24 @@ def test_each_kernel_signature_matches_its_source():
         args = []
         for param in params.split(","):
             words = param.replace("*", " ").split()
-            kind = (
-                kernels.GLOBAL
-                if "__global" in words
-                else (kernels.LOCAL if "__local" in words else kinds.get(words[-2]))
-            )
+            kind = kernels.GLOBAL if "__global" in words else (
+                kernels.LOCAL if "__local" in words else kinds.get(words[-2]))
             args.append((words[-1], kind))
         found[name] = tuple(args)
-    contiguous = re.search(r"CONTIGUOUS_KERNEL\(name.*?\n__kernel void name\(([^)]*)\)", text, re.S)
+    contiguous = re.search(r"CONTIGUOUS_KERNEL\(name.*?\n__kernel void name\(([^)]*)\)", text,
+                           re.S)
     for name in ("clpool_contiguous", "clpool_contiguous_index"):
         found[name] = tuple(
-            (
-                p.replace("*", " ").split()[-1],
-                kernels.GLOBAL if "__global" in p else kinds[p.split()[-2]],
-            )
-            for p in contiguous.group(1).replace("\\", "").split(",")
-        )
+            (p.replace("*", " ").split()[-1],
+             kernels.GLOBAL if "__global" in p else kinds[p.split()[-2]])
+            for p in contiguous.group(1).replace("\\", "").split(","))
     assert found == kernels.SIGNATURES
 
 
 def test_a_scalar_too_large_for_its_kernel_argument_is_an_argument_error(device):
-    built = programs.kernel(
-        clpool.discovery.runtime(device).context,
-        "adaptive_pool.cl",
-        ("-DCLPOOL_DTYPE=32", "-DCLPOOL_INDEX=64", "-DCLPOOL_ROWS=1", "-DCLPOOL_COLS=1"),
-        "adaptive_avg_pool2d_forward",
-        own=True,
-    )
+    built = programs.kernel(clpool.discovery.runtime(device).context, "adaptive_pool.cl",
+                            ("-DCLPOOL_DTYPE=32", "-DCLPOOL_INDEX=64", "-DCLPOOL_ROWS=1",
+                             "-DCLPOOL_COLS=1"), "adaptive_avg_pool2d_forward", own=True)
     with pytest.raises(clpool.errors.Problem) as info:
         kernels.bind(built, (1, 1, 1), None, H=2**31, W=1, OH=1, OW=1)
     assert info.value.kind is PoolArgumentError and "H=2147483648" in info.value.reason
@@ -279,9 +267,8 @@ def test_caches_are_bounded(device):
         assert len(plans._plans) <= 10
         assert len(programs._programs) <= 2
         q = fresh_queue(device)
-        assert np.array_equal(
-            clpool.max_pool2d(cla.to_device(q, x), 2).get(), ref.max_pool2d(x, 2).astype(np.float32)
-        )
+        assert np.array_equal(clpool.max_pool2d(cla.to_device(q, x), 2).get(),
+                              ref.max_pool2d(x, 2).astype(np.float32))
 
 
 _MEMORY = """
@@ -318,7 +305,8 @@ print(rss() - base)
 """
 
 
-@pytest.mark.parametrize("what, limit_mib", [("queues", 15), ("contexts", 40), ("images", 200)])
+@pytest.mark.parametrize("what, limit_mib", [("queues", 15), ("contexts", 40),
+                                             ("images", 200)])
 def test_memory_stays_bounded(device, what, limit_mib):
     """Issue 18's targets, each in a child process, counted after warm-up calls (on an
     H100, NVIDIA's driver took 196 MiB for its first 10 images, then 8 MiB for 70 more,
@@ -327,13 +315,8 @@ def test_memory_stays_bounded(device, what, limit_mib):
     (PyOpenCL's own `x * 2` on new contexts grew 89 MiB a context there, 1.1 on PyPI's
     PoCL), and 70 images of varying size (adaptive forward and backward, a max pool) under
     200 MiB."""
-    run = subprocess.run(
-        [sys.executable, "-c", _MEMORY, what],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=dict(os.environ),
-    )
+    run = subprocess.run([sys.executable, "-c", _MEMORY, what], capture_output=True, text=True,
+                         timeout=600, env=dict(os.environ))
     assert run.returncode == 0, run.stderr[-3000:]
     grown = float(run.stdout.split()[-1])
     assert grown < limit_mib, f"{what}: grew {grown:.1f} MiB"
@@ -342,7 +325,8 @@ def test_memory_stays_bounded(device, what, limit_mib):
 # ---------------------------------------------------------------- environment and builds
 
 
-@pytest.mark.parametrize("name", ["CLPOOL_ROWS", "CLPOOL_COLS", "CLPOOL_SPECIALIZE", "CLPOOL_FP16"])
+@pytest.mark.parametrize("name", ["CLPOOL_ROWS", "CLPOOL_COLS", "CLPOOL_SPECIALIZE",
+                                  "CLPOOL_FP16"])
 @pytest.mark.parametrize("value", ["²", "-1", "lots"])
 def test_a_bad_tuning_variable_is_an_argument_error_naming_it(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
@@ -392,16 +376,11 @@ def test_an_unwritable_compiler_cache_still_builds(tmp_path):
         print(len(said))
     """)
     # PoCL keeps its own cache, under XDG_CACHE_HOME unless told otherwise
-    env = dict(
-        os.environ,
-        XDG_CACHE_HOME="/proc",
-        CLPOOL_CACHE_DIR=str(tmp_path),
-        POCL_CACHE_DIR=str(tmp_path / "pocl"),
-    )
+    env = dict(os.environ, XDG_CACHE_HOME="/proc", CLPOOL_CACHE_DIR=str(tmp_path),
+               POCL_CACHE_DIR=str(tmp_path / "pocl"))
     env.pop("PYOPENCL_NO_CACHE", None)
-    run = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env
-    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split()[-1] == "1"  # said once
 
@@ -409,9 +388,8 @@ def test_an_unwritable_compiler_cache_still_builds(tmp_path):
 def test_a_build_past_a_second_is_announced_and_a_quick_one_is_not(device, monkeypatch):
     """`clpool check` and `bench` say on stderr which program a slow first build is."""
     context = cl.Context([device])
-    built = programs._compile(
-        context, programs.source("max_pool.cl"), ["-DCLPOOL_DTYPE=32", *programs.include_options()]
-    )
+    built = programs._compile(context, programs.source("max_pool.cl"),
+                              ["-DCLPOOL_DTYPE=32", *programs.include_options()])
     said: list[str] = []
     monkeypatch.setattr(programs, "announce", said.append)
     monkeypatch.setattr(programs, "_compile", lambda *a: built)  # instant
