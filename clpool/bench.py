@@ -368,7 +368,8 @@ def host_overhead_us(rt: Runtime, loops: int, min_time: float = MIN_TIME) -> Rec
     bare enqueue of an empty kernel; clpool's kernel time; clpool / (x * 2); and clpool's
     max_pool2d k2 of a channels-last (1,4,4,4) array (its view's offset is an argument)."""
     x = cla.to_device(rt.queue, np.ones((1, 1, 4, 4), np.float32))
-    last = launch.channels_last_array(rt.queue, np.ones((1, 4, 4, 4), np.float32))
+    last_shape = [1, 4, 4, 4]
+    last = launch.channels_last_array(rt.queue, np.ones(last_shape, np.float32))
     finish = rt.queue.finish
 
     def pool() -> object:
@@ -392,7 +393,7 @@ def host_overhead_us(rt: Runtime, loops: int, min_time: float = MIN_TIME) -> Rec
         pyopencl_mul_us=mul,
         bare_enqueue_us=bare,
         ratio_to_mul=wall / mul,
-        channels_last_shape=[1, 4, 4, 4],
+        channels_last_shape=last_shape,
         channels_last_wall_us=last_wall,
     )
 

@@ -112,6 +112,20 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.fixture
+def launch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
+    """The global size of every step of every plan clpool runs during the test, in order."""
+    record: list[tuple[int, ...]] = []
+    run = launch.run
+
+    def spy(plan, arrays, out=None):
+        record.extend(step.global_size for step in plan.steps)
+        return run(plan, arrays, out)
+
+    monkeypatch.setattr(launch, "run", spy)
+    return record
+
+
+@pytest.fixture
 def launched(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, np.dtype]]:
     """(kernel name, dtype) of every kernel clpool launches during the test, in order."""
     record: list[tuple[str, np.dtype]] = []

@@ -338,14 +338,11 @@ def test_backward_kernels_launched_for_channels_last_arrays(launched, enqueued):
 
 
 @pytest.mark.parametrize("channels", [8, 32, 272])
-def test_a_cpu_takes_rows_of_16_channels_where_they_divide_c(channels, monkeypatch):
+def test_a_cpu_takes_rows_of_16_channels_where_they_divide_c(channels, launch_sizes):
     """On a CPU the max, average and adaptive ops' _strided kernels run one
     work-item per row of an image (16 channels a lane, plane.h, in runs of up to 256) where
     16 divides C; else 4 channels of a pixel."""
-    sizes = []
-    run = launch.run
-    monkeypatch.setattr(launch, "run", lambda plan, *a: (
-        sizes.extend(s.global_size for s in plan.steps), run(plan, *a))[1])  # fmt: skip
+    sizes = launch_sizes
     t = _tensor(18, (2, channels, 7, 9), special=False)
     g = torch.from_numpy(data(np.random.default_rng(4), (2, channels, 4, 5)))
     g = _nhwc_array(g.contiguous(memory_format=CL))
@@ -487,15 +484,12 @@ def test_ops_without_nhwc_kernels_take_channels_last_host_inputs(name):
 
 
 @pytest.mark.parametrize("gpu", [True, False])
-def test_a_3d_backward_into_a_contiguous_gradient_walks_its_rows(gpu, monkeypatch):
+def test_a_3d_backward_into_a_contiguous_gradient_walks_its_rows(gpu, launch_sizes):
     """avg_pool3d_backward and adaptive_avg_pool3d_backward of NDHWC arrays return a
     C-contiguous gradient (as ATen's): their _strided kernels' work-items walk its W
     (dimension 0), so that the writes of the largest array are coalesced (walking the
     channels, the H100 took 715 us for 54 us from NCDHW); the reference's results."""
-    sizes = []
-    run = launch.run
-    monkeypatch.setattr(launch, "run", lambda plan, *a: (
-        sizes.extend(s.global_size for s in plan.steps), run(plan, *a))[1])  # fmt: skip
+    sizes = launch_sizes
     rng = np.random.default_rng(31)
     n, c, d, h, w = 2, 8, 5, 6, 33  # C % 16 != 0: no CPU rows of 16 channels
     x = stored_channels_last(data(rng, (n, c, d, h, w)))
@@ -510,16 +504,13 @@ def test_a_3d_backward_into_a_contiguous_gradient_walks_its_rows(gpu, monkeypatc
 
 
 @pytest.mark.parametrize("w", [16, 37, 50])
-def test_a_cpus_ndhwc_average_forward_stores_whole_runs_of_16(w, monkeypatch):
+def test_a_cpus_ndhwc_average_forward_stores_whole_runs_of_16(w, launch_sizes):
     """On a CPU, avg_pool3d of an NDHWC input (an output row a work-item, 16 channels a
     lane) into its C-contiguous output keeps each row's whole runs of 16 outputs and
     stores them as one vector per channel, the rest one by one: PyTorch CPU's bits, signed
     zeros included, for rows of one, two and three runs with a partial one, windows
     overlapping, padding, ceil mode, count_include_pad off and a divisor override."""
-    sizes = []
-    run = launch.run
-    monkeypatch.setattr(launch, "run", lambda plan, *a: (
-        sizes.extend(s.global_size for s in plan.steps), run(plan, *a))[1])  # fmt: skip
+    sizes = launch_sizes
     rng = np.random.default_rng(3800 + w)
     host = data(rng, (2, 32, 3, 4, w))
     host[0, :, :2, :2] = -0.0  # windows of -0 alone average to +0, as PyTorch's

@@ -16,7 +16,7 @@ from pool_cases import assert_close, check_result, data, default_queue, results,
 
 import clpool  # noqa: E402
 import clpool.torch as ct  # noqa: E402
-from clpool import launch, policy  # noqa: E402
+from clpool import policy  # noqa: E402
 from clpool.shapes import stored_channels_last  # noqa: E402
 
 CL3 = torch.channels_last_3d
@@ -262,14 +262,11 @@ def test_a_contiguous_gradient_of_a_channels_last_input_runs_the_contiguous_kern
 
 
 @pytest.mark.parametrize("channels", [8, 32, 272])
-def test_a_cpu_takes_rows_of_16_channels_for_max_pooling(channels, monkeypatch):
+def test_a_cpu_takes_rows_of_16_channels_for_max_pooling(channels, launch_sizes):
     """On a CPU max_pool3d and its backward, and avg_pool3d_backward (whose gradient is
     C-contiguous), run one work-item per row of an image (16 channels a lane, in runs of
     up to 256) where 16 divides C; else 4 channels of a voxel (max pooling)."""
-    sizes = []
-    run = launch.run
-    monkeypatch.setattr(launch, "run", lambda plan, *a: (
-        sizes.extend(s.global_size for s in plan.steps), run(plan, *a))[1])  # fmt: skip
+    sizes = launch_sizes
     x = _tensor(18, (2, channels, 4, 6, 7), special=False).numpy()
     with policy.use(gpu=False):
         out, idx = clpool.max_pool3d_with_indices(x, 3, 2, 1)
