@@ -36,6 +36,11 @@ DEPTHS = {
     "avg_pool3d_forward": 2,
     "avg_pool3d_backward": 2,
 }
+# A GPU's work-group (channels by W, 4 channels a work-item) for the _strided kernels whose
+# views have their channels contiguous and whose result does not (CLPOOL_TILE3D_X/Y of
+# kernels_cl/pool3d.cl): their results go out through local memory, W innermost.
+TILE = (16, 8)
+TILED = {"avg_pool3d_forward_strided", "avg_pool3d_backward_strided"}
 
 
 def _unbatched(shape: tuple[int, ...], ndim: int) -> tuple[int, ...]:
@@ -177,11 +182,13 @@ def _step_strided(
     backward's gradient) has them contiguous, 4 channels each where all views and the
     output do and they divide C; on a CPU, for a kernel of plans.CPU_ROWS where 16 divides
     C and the views' channels are contiguous (and the output's, unless
-    plans.CPU_ROWS_ANY_OUTPUT), a row of an image each, 16 channels a lane. Where the
-    views and the output disagree on a GPU, one side's accesses stay uncoalesced whichever
-    it walks (avg_pool3d_backward of an NDHWC grad_output into its C-contiguous gradient:
-    715 us walking the channels on an H100, 778 us walking W on the H200, against about 50
-    us from NCDHW; BENCHMARKS.md)."""
+    plans.CPU_ROWS_ANY_OUTPUT), a row of an image each, 16 channels a lane. On a GPU, for a
+    kernel of TILED where the views have the channels contiguous, 4 of them dividing C, and
+    the output does not, work-groups of TILE, 4 channels each, their results stored
+    through local memory W innermost (without it one side's accesses stay uncoalesced
+    whichever it walks: avg_pool3d_backward of an NDHWC grad_output into its C-contiguous
+    gradient took 715 us walking the channels on an H100, 778 us walking W on the H200,
+    against about 50 us from NCDHW; BENCHMARKS.md)."""
     out = p.outputs[0]
     pad = (1,) * (5 - len(out.shape))
     n, c, d, h, w = pad + out.shape
@@ -197,7 +204,16 @@ def _step_strided(
     scalars.update({f"{out.slot}_{axis}": v for axis, v in zip(axes, out_strides, strict=True)})
     largest = max(counts)
     inner = c > 1 and 1 in (s for s, n_ in zip(channels, counts, strict=True) if n_ == largest)
-    lanes = 4 if inner and set(channels) == {1} and c % 4 == 0 else 1
+    tile = (
+        p.gpu
+        and name in TILED
+        and c % 4 == 0
+        and set(channels[1:]) == {1}
+        and channels[0] != 1
+        and math.prod(TILE) <= p.rt.device.max_work_group_size
+    )
+    inner = inner or tile
+    lanes = 4 if tile or (inner and set(channels) == {1} and c % 4 == 0) else 1
     geometry = (c // lanes, w, n * d * h) if inner else (w, h, n * c * d)
     # a CPU's rows of an image, their channels in runs of up to 256 (clpool.h)
     if p.cpu_rows16(name, c, set(channels[1:]), channels[0]):
@@ -205,6 +221,10 @@ def _step_strided(
     if geometry[2] >= 2**32:  # rows split in 64 bits
         p.options = tuple(o for o in p.options if o != "-DCLPOOL_ROWS32")
     sizes, local = plans.ndrange(p.rt.device, *geometry)
+    if tile:
+        local = (*TILE, 1)
+        sizes = (-(-geometry[0] // TILE[0]) * TILE[0], -(-w // TILE[1]) * TILE[1], sizes[2])
+        p.options += (f"-DCLPOOL_TILE3D_X={TILE[0]}", f"-DCLPOOL_TILE3D_Y={TILE[1]}")
     p.as_is = True
     kernel = p.kernel(name, own=True)
     channels_inner = lanes if inner else 0

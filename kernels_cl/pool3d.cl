@@ -594,6 +594,59 @@ inline int strided_voxel(voxel_t *v, int x, int y, long z, int C, int D, int H, 
 /* The channels per work-item of channels_inner (0 counts as 1). */
 inline int lanes_of(int channels_inner) { return channels_inner == 4 ? 4 : 1; }
 
+/* A GPU's tile (host: -DCLPOOL_TILE3D_X=x -DCLPOOL_TILE3D_Y=y, work-groups of x by y
+ * work-items, channels_inner == 4), for a kernel whose views have their channels contiguous
+ * and whose result has not (avg_pool3d's NDHWC input, its C-contiguous result): the
+ * work-group's 4x channels by y elements along W go through local memory, stored W
+ * innermost, so that both the loads and the stores are coalesced. TILE3D_DECLARE declares
+ * the tile, at the kernel's outermost scope; TILED_VOXEL declares voxel v, v_inside and the
+ * lanes (4), without returning past the result (every work-item reaches the barrier).
+ * Without a tile they are nothing and STRIDED_VOXEL with v_inside 1. */
+#ifdef CLPOOL_TILE3D_X
+#define TILE3D_DECLARE() __local acc_t tile[4 * CLPOOL_TILE3D_X * (CLPOOL_TILE3D_Y + 1)]
+#define TILED_VOXEL(v, C, D, H, W)                                                  \
+    voxel_t v;                                                                      \
+    int v##_inside = strided_voxel(&v, get_global_id(0), get_global_id(1),         \
+                                   get_global_id(2), C, D, H, W, channels_inner);   \
+    const int lanes = 4
+
+/* Stores the 4 channels `v` of each work-item (local ids lx, ly) of the work-group whose
+ * first element is `at0` of p (channels `sc` apart, elements along W `sw` apart), the first
+ * `nc` channels and `nw` elements of it inside the result, through `tile`. */
+inline void store_tile3d(__global elem_t *p, __local acc_t *tile, acc4_t v, int lx, int ly,
+                         long at0, long sc, long sw, int nc, int nw)
+{
+    const int Y = CLPOOL_TILE3D_Y + 1; /* a row of the tile, padded against bank conflicts */
+    __local acc_t *t = tile + 4 * lx * Y + ly;
+    t[0] = v.x;
+    t[Y] = v.y;
+    t[2 * Y] = v.z;
+    t[3 * Y] = v.w;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = ly * CLPOOL_TILE3D_X + lx; i < 4 * CLPOOL_TILE3D_X * CLPOOL_TILE3D_Y;
+         i += CLPOOL_TILE3D_X * CLPOOL_TILE3D_Y) {
+        int c = i / CLPOOL_TILE3D_Y, w = i % CLPOOL_TILE3D_Y;
+        if (c < nc && w < nw)
+            STORE(p, at0 + c * sc + w * sw, tile[c * Y + w]);
+    }
+}
+/* Stores the lanes r of voxel v of result view `out`, of C channels and W elements along
+ * W: through the tile. */
+#define STORE_VOXEL(out, v, r, lanes, C, W)                                         \
+    store_tile3d(out, tile, r, get_local_id(0), get_local_id(1),                    \
+                 AT3D_OUT(out, v.n, v.c - 4 * (int)get_local_id(0), v.d, v.h,        \
+                          v.w - (int)get_local_id(1)),                              \
+                 out##_sc, out##_sw, C - v.c + 4 * (int)get_local_id(0),            \
+                 (W) - v.w + (int)get_local_id(1))
+#else
+#define TILE3D_DECLARE() (void)0
+#define TILED_VOXEL(v, C, D, H, W)                                                  \
+    STRIDED_VOXEL(v, C, D, H, W);                                                   \
+    const int v##_inside = 1, lanes = lanes_of(channels_inner)
+#define STORE_VOXEL(out, v, r, lanes, C, W)                                         \
+    store_lanes(out, AT3D_OUT(out, v.n, v.c, v.d, v.h, v.w), r, lanes, 0)
+#endif
+
 /* Fold tap v at `at` into (best, best_i) in one lane: NaN wins (the last NaN keeps its
  * index), ties keep the first tap; the caller starts best_i at the window's first tap
  * inside the volume, which sets it (a -inf there is no greater than the -inf before). */
@@ -825,14 +878,15 @@ inline void store16_channels(__global elem_t *p, long at, long sc, long step, in
 }
 #endif
 
-/* avg_pool3d_forward for an input of any strides, out through its own strides; a CPU
- * takes an output row (od, oh) of an image, 16 channels a lane, with channels_inner == 16
- * (x's channels contiguous, out's any: store16_channels); a quotient that underflows to
- * -0 is +0, as PyTorch's (plus_zero). */
+/* avg_pool3d_forward for an input of any strides, out through its own strides (a GPU's
+ * tile: TILED_VOXEL); a CPU takes an output row (od, oh) of an image, 16 channels a lane,
+ * with channels_inner == 16 (x's channels contiguous, out's any: store16_channels); a
+ * quotient that underflows to -0 is +0, as PyTorch's (plus_zero). */
 __kernel void avg_pool3d_forward_strided(__global const elem_t *restrict x,
                                          __global elem_t *restrict out,
                                          STRIDED3D_FORWARD_SIZES, AVG_POOL3D_SIZES)
 {
+    TILE3D_DECLARE();
     FIX_WINDOW3D();
 #ifndef CLPOOL_NO_LANES16
     if (channels_inner == 16) {
@@ -860,29 +914,32 @@ __kernel void avg_pool3d_forward_strided(__global const elem_t *restrict x,
         return;
     }
 #endif
-    STRIDED_VOXEL(o, C, OD, OH, OW);
-    int lanes = lanes_of(channels_inner);
-    __global const elem_t *xp = x + AT3D(x, o.n, o.c, 0, 0, 0);
-    int ds = o.d * sd - pd, hs = o.h * sh - ph, ws = o.w * sw - pw;
-    int d1 = min(ds + kd, D), h1 = min(hs + kh, H), w1 = min(ws + kw, W);
-    acc4_t sum = 0;
-    for (int d = max(ds, 0); d < d1; ++d)
-        for (int h = max(hs, 0); h < h1; ++h)
-            for (int w = max(ws, 0); w < w1; ++w)
-                sum += load_lanes(xp, IN_VOLUME(x, d, h, w), lanes, 0);
-    long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
-    store_lanes(out, AT3D_OUT(out, o.n, o.c, o.d, o.h, o.w),
-                div ? plus_zero4(sum / (acc_t)div) : (acc4_t)0, lanes, 0);
+    TILED_VOXEL(o, C, OD, OH, OW);
+    acc4_t avg = 0;
+    if (o_inside) {
+        __global const elem_t *xp = x + AT3D(x, o.n, o.c, 0, 0, 0);
+        int ds = o.d * sd - pd, hs = o.h * sh - ph, ws = o.w * sw - pw;
+        int d1 = min(ds + kd, D), h1 = min(hs + kh, H), w1 = min(ws + kw, W);
+        acc4_t sum = 0;
+        for (int d = max(ds, 0); d < d1; ++d)
+            for (int h = max(hs, 0); h < h1; ++h)
+                for (int w = max(ws, 0); w < w1; ++w)
+                    sum += load_lanes(xp, IN_VOLUME(x, d, h, w), lanes, 0);
+        long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
+        avg = div ? plus_zero4(sum / (acc_t)div) : (acc4_t)0;
+    }
+    STORE_VOXEL(out, o, avg, lanes, C, OW);
 }
 
-/* avg_pool3d_backward for grad_out of any strides, grad_x through its own; a CPU takes an
- * input row (d, h) of an image, 16 channels a lane, with channels_inner == 16 (grad_out's
- * channels contiguous, grad_x's any): each element's shares in output order, added to +0
- * (a -0 share leaves +0 on a CPU: no plus_zero). */
+/* avg_pool3d_backward for grad_out of any strides, grad_x through its own (a GPU's tile:
+ * TILED_VOXEL); a CPU takes an input row (d, h) of an image, 16 channels a lane, with
+ * channels_inner == 16 (grad_out's channels contiguous, grad_x's any): each element's
+ * shares in output order, added to +0 (a -0 share leaves +0 on a CPU: no plus_zero). */
 __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_out,
                                           __global elem_t *restrict grad_x,
                                           STRIDED3D_BACKWARD_SIZES, AVG_POOL3D_SIZES)
 {
+    TILE3D_DECLARE();
     FIX_WINDOW3D();
 #ifndef CLPOOL_NO_LANES16
     if (channels_inner == 16) {
@@ -914,22 +971,23 @@ __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_o
         return;
     }
 #endif
-    STRIDED_VOXEL(e, C, D, H, W);
-    int lanes = lanes_of(channels_inner);
-    __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
-    window_range rd = windows_reaching(e.d, 1, D, sd, pd, kd, OD),
-                 rh = windows_reaching(e.h, 1, H, sh, ph, kh, OH),
-                 rw = windows_reaching(e.w, 1, W, sw, pw, kw, OW);
+    TILED_VOXEL(e, C, D, H, W);
     acc4_t g = 0;
-    for (int od = rd.first; od < rd.end; ++od)
-        for (int oh = rh.first; oh < rh.end; ++oh)
-            for (int ow = rw.first; ow < rw.end; ++ow) {
-                long div = avg_divisor3d(od * sd - pd, oh * sh - ph, ow * sw - pw,
-                                         AVG_POOL3D_ARGS);
-                g += plus_zero4(load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0)
-                                / (acc_t)div);
-            }
-    store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes, 0);
+    if (e_inside) {
+        __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
+        window_range rd = windows_reaching(e.d, 1, D, sd, pd, kd, OD),
+                     rh = windows_reaching(e.h, 1, H, sh, ph, kh, OH),
+                     rw = windows_reaching(e.w, 1, W, sw, pw, kw, OW);
+        for (int od = rd.first; od < rd.end; ++od)
+            for (int oh = rh.first; oh < rh.end; ++oh)
+                for (int ow = rw.first; ow < rw.end; ++ow) {
+                    long div = avg_divisor3d(od * sd - pd, oh * sh - ph, ow * sw - pw,
+                                             AVG_POOL3D_ARGS);
+                    g += plus_zero4(load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0)
+                                    / (acc_t)div);
+                }
+    }
+    STORE_VOXEL(grad_x, e, g, lanes, C, W);
 }
 
 /* Declares output voxel o of this work-item (returning past the result), its lanes, xp

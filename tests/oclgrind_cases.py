@@ -830,6 +830,20 @@ def pool3d_plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 FAMILIES += (pool3d_plane_cases,)
 
 
+def _ndhwc_avg_cases(label: str, device: Callable, shape: tuple[int, ...], avg: tuple,
+                     dtype: np.dtype, seed: int) -> Iterator[tuple[str, object, object]]:
+    """avg_pool3d and its backward of NDHWC arrays of `shape`, run as on `device` (_as_cpu
+    or _as_gpu)."""
+    x = stored_channels_last(_data(shape, dtype, seed))
+    ga = stored_channels_last(_data(ref.avg_pool3d(x, *avg).shape, dtype, seed + 1))
+    yield (f"ndhwc/avg_pool3d/{label}",
+           device(lambda: clpool.avg_pool3d(x, *avg)),
+           lambda: ref.avg_pool3d(x, *avg))
+    yield (f"ndhwc/avg_pool3d_backward/{label}",
+           device(lambda: clpool.avg_pool3d_backward(ga, x, *avg)),
+           lambda: ref.avg_pool3d_backward(ga, x, *avg))
+
+
 def ndhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """The 3-D _strided kernels, tiny: channels-last-3d numpy inputs (3 channels: one per
     work-item; 4: four per work-item), gradients and indices (int32 and int64) so too, and
@@ -892,14 +906,10 @@ def ndhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
            lambda: ref.max_pool3d_with_indices_backward(g, x, idx, *win))
     # and average: a row of the C-contiguous output or gradient stores its whole run of 16
     # elements one channel at a time from a private block, then its partial run one by one
-    x = stored_channels_last(_data((1, 16, 2, 2, 20), dtype, 1242))
-    ga = stored_channels_last(_data(ref.avg_pool3d(x, *avg).shape, dtype, 1243))
-    yield ("ndhwc/avg_pool3d/lanes16-runs",
-           _as_cpu(lambda: clpool.avg_pool3d(x, *avg)),
-           lambda: ref.avg_pool3d(x, *avg))
-    yield ("ndhwc/avg_pool3d_backward/lanes16-runs",
-           _as_cpu(lambda: clpool.avg_pool3d_backward(ga, x, *avg)),
-           lambda: ref.avg_pool3d_backward(ga, x, *avg))
+    yield from _ndhwc_avg_cases("lanes16-runs", _as_cpu, (1, 16, 2, 2, 20), avg, dtype, 1242)
+    # a GPU's: work-groups of pool3d.TILE store through local memory, the channels and W of
+    # the last ones part filled
+    yield from _ndhwc_avg_cases("tile", _as_gpu, (2, 8, 2, 3, 9), avg, dtype, 1244)
     queue = discovery.runtime(discovery.select()).queue
     host = _data((1, 2, 2, 3, 8), dtype, 1240)
     view = cla.to_device(queue, host)[..., ::2]

@@ -825,6 +825,7 @@ def test_nan_payloads_in_the_new_families():
 # ---------------------------------------------------------------- the new families' inputs
 
 
+@pytest.mark.usefixtures("torch_one_thread")  # the unpooling's colliding indices
 def test_new_families_take_pyopencl_arrays_strided_too(device):
     queue = clpool.default_queue()
     rng = np.random.default_rng(25)

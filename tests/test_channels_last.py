@@ -15,7 +15,7 @@ from pool_cases import assert_close, check_result, data, default_queue, results,
 
 import clpool  # noqa: E402
 import clpool.torch as ct  # noqa: E402
-from clpool import launch, plans, policy, quirks  # noqa: E402
+from clpool import launch, plans, policy, pool3d, quirks  # noqa: E402
 from clpool import reference as ref  # noqa: E402
 from clpool.shapes import stored_channels_last  # noqa: E402
 
@@ -491,7 +491,7 @@ def test_a_3d_backward_into_a_contiguous_gradient_walks_its_rows(gpu, launch_siz
     channels, the H100 took 715 us for 54 us from NCDHW); the reference's results."""
     sizes = launch_sizes
     rng = np.random.default_rng(31)
-    n, c, d, h, w = 2, 8, 5, 6, 33  # C % 16 != 0: no CPU rows of 16 channels
+    n, c, d, h, w = 2, 6, 5, 6, 33  # C % 4 != 0: no CPU rows of 16 channels, no GPU tile
     x = stored_channels_last(data(rng, (n, c, d, h, w)))
     g = stored_channels_last(data(rng, (n, c, 3, 3, 17)))
     with policy.use(gpu=gpu):
@@ -501,6 +501,35 @@ def test_a_3d_backward_into_a_contiguous_gradient_walks_its_rows(gpu, launch_siz
     assert_close(got_adaptive, ref.adaptive_avg_pool3d_backward(g, x))
     assert got.flags.c_contiguous and got_adaptive.flags.c_contiguous
     assert len(sizes) == 2 and all(s[0] >= w and s[2] == n * c * d for s in sizes), sizes
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("c, w", [(8, 33), (68, 8), (4, 3)])
+def test_a_gpus_ndhwc_average_stores_through_a_tile(dtype, c, w, launch_sizes):
+    """On a GPU, avg_pool3d and its backward of NDHWC arrays (4 dividing C) into their
+    C-contiguous results run work-groups of pool3d.TILE, 4 channels a work-item, and store
+    through local memory: PyTorch CPU's bits for tiles that the channels and W fill, half
+    fill and overfill, views with offsets, overlapping windows, padding, ceil mode,
+    count_include_pad off and a divisor override."""
+    sizes = launch_sizes
+    rng = np.random.default_rng(4000 + c + w)
+    full = torch.from_numpy(data(rng, (2, c, 5, 4, w + 2), dtype)).contiguous(memory_format=CL3D)
+    x = full[..., 1:-1]  # an offset, and strides that are not dense
+    xa = launch.channels_last_array(default_queue(), full.numpy())[..., 1:-1]
+    tx, ty = pool3d.TILE
+    cases = [(3, 2, 1), (2, 1, 0, True, True, 5), ((1, 2, 1), (1, 1, 2), (0, 1, 0), True, False)]
+    for args in cases:
+        xt = x.detach().clone().requires_grad_()
+        y = F.avg_pool3d(xt, *args)
+        g = torch.from_numpy(data(rng, tuple(y.shape), dtype)).contiguous(memory_format=CL3D)
+        y.backward(g)
+        with policy.use(gpu=True):
+            got = clpool.avg_pool3d(xa, *args).get()
+            got_grad = clpool.avg_pool3d_backward(g.numpy(), x.numpy(), *args)
+        assert got.flags.c_contiguous and same_bits(got, np.ascontiguousarray(y.detach())), args
+        assert got_grad.flags.c_contiguous and same_bits(got_grad, xt.grad.numpy()), args
+        for (n, _, d, h, w_), size in zip([y.shape, x.shape], sizes[-2:], strict=True):
+            assert size == (-(-c // (4 * tx)) * tx, -(-w_ // ty) * ty, n * d * h), args
 
 
 @pytest.mark.parametrize("w", [16, 37, 50])
