@@ -41,6 +41,7 @@ DEPTHS = {
 # kernels_cl/pool3d.cl): their results go out through local memory, W innermost.
 TILE = (16, 8)
 TILED = {"avg_pool3d_forward_strided", "avg_pool3d_backward_strided"}
+TILED |= {"adaptive_avg_pool3d_forward_strided", "adaptive_avg_pool3d_backward_strided"}
 
 
 def _unbatched(shape: tuple[int, ...], ndim: int) -> tuple[int, ...]:

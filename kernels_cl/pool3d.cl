@@ -990,56 +990,63 @@ __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_o
     STORE_VOXEL(grad_x, e, g, lanes, C, W);
 }
 
-/* Declares output voxel o of this work-item (returning past the result), its lanes, xp
- * (its (n, c) volume of x) and the bounds [d0, d1) x [h0, h1) x [w0, w1) of its cell. */
-#define STRIDED_CELL(o)                                                             \
-    STRIDED_VOXEL(o, C, OD, OH, OW);                                                \
-    int lanes = lanes_of(channels_inner);                                           \
+/* Declares xp (the (n, c) volume of x of output voxel o) and the bounds [d0, d1) x [h0, h1)
+ * x [w0, w1) of o's cell. */
+#define CELL_OF(o)                                                                  \
     __global const elem_t *xp = x + AT3D(x, o.n, o.c, 0, 0, 0);                     \
     int d0 = cell_start(o.d, D, OD), d1 = cell_end(o.d, D, OD);                     \
     int h0 = cell_start(o.h, H, OH), h1 = cell_end(o.h, H, OH);                     \
     int w0 = cell_start(o.w, W, OW), w1 = cell_end(o.w, W, OW)
 
-/* adaptive_avg_pool3d_forward for an input of any strides, out through its own strides. */
+/* adaptive_avg_pool3d_forward for an input of any strides, out through its own strides (a
+ * GPU's tile: TILED_VOXEL). */
 __kernel void adaptive_avg_pool3d_forward_strided(__global const elem_t *restrict x,
                                                   __global elem_t *restrict out,
                                                   STRIDED3D_FORWARD_SIZES,
                                                   ADAPTIVE_POOL3D_SIZES)
 {
-    STRIDED_CELL(o);
-    acc4_t sum = 0;
-    for (int d = d0; d < d1; ++d)
-        for (int h = h0; h < h1; ++h)
-            for (int w = w0; w < w1; ++w)
-                sum += load_lanes(xp, IN_VOLUME(x, d, h, w), lanes, 0);
-    store_lanes(out, AT3D_OUT(out, o.n, o.c, o.d, o.h, o.w),
-                sum / (acc_t)(d1 - d0) / (acc_t)(h1 - h0) / (acc_t)(w1 - w0), lanes, 0);
+    TILE3D_DECLARE();
+    TILED_VOXEL(o, C, OD, OH, OW);
+    acc4_t avg = 0;
+    if (o_inside) {
+        CELL_OF(o);
+        acc4_t sum = 0;
+        for (int d = d0; d < d1; ++d)
+            for (int h = h0; h < h1; ++h)
+                for (int w = w0; w < w1; ++w)
+                    sum += load_lanes(xp, IN_VOLUME(x, d, h, w), lanes, 0);
+        avg = sum / (acc_t)(d1 - d0) / (acc_t)(h1 - h0) / (acc_t)(w1 - w0);
+    }
+    STORE_VOXEL(out, o, avg, lanes, C, OW);
 }
 
-/* adaptive_avg_pool3d_backward for grad_out of any strides, grad_x through its own. */
+/* adaptive_avg_pool3d_backward for grad_out of any strides, grad_x through its own (a
+ * GPU's tile: TILED_VOXEL). */
 __kernel void adaptive_avg_pool3d_backward_strided(__global const elem_t *restrict grad_out,
                                                    __global elem_t *restrict grad_x,
                                                    STRIDED3D_BACKWARD_SIZES,
                                                    ADAPTIVE_POOL3D_SIZES)
 {
-    STRIDED_VOXEL(e, C, D, H, W);
-    int lanes = lanes_of(channels_inner);
-    __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
-    int od1 = cell_end(e.d, OD, D), oh0 = cell_start(e.h, OH, H), oh1 = cell_end(e.h, OH, H),
-        ow0 = cell_start(e.w, OW, W), ow1 = cell_end(e.w, OW, W);
+    TILE3D_DECLARE();
+    TILED_VOXEL(e, C, D, H, W);
     acc4_t g = 0;
-    for (int od = cell_start(e.d, OD, D); od < od1; ++od) {
-        acc_t depth = (acc_t)(cell_end(od, D, OD) - cell_start(od, D, OD));
-        for (int oh = oh0; oh < oh1; ++oh) {
-            acc_t rows = (acc_t)(cell_end(oh, H, OH) - cell_start(oh, H, OH));
-            for (int ow = ow0; ow < ow1; ++ow) {
-                acc_t cols = (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW));
-                g += plus_zero4(load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0) / depth
-                                / rows / cols);
+    if (e_inside) {
+        __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
+        int od1 = cell_end(e.d, OD, D), oh0 = cell_start(e.h, OH, H),
+            oh1 = cell_end(e.h, OH, H), ow0 = cell_start(e.w, OW, W), ow1 = cell_end(e.w, OW, W);
+        for (int od = cell_start(e.d, OD, D); od < od1; ++od) {
+            acc_t depth = (acc_t)(cell_end(od, D, OD) - cell_start(od, D, OD));
+            for (int oh = oh0; oh < oh1; ++oh) {
+                acc_t rows = (acc_t)(cell_end(oh, H, OH) - cell_start(oh, H, OH));
+                for (int ow = ow0; ow < ow1; ++ow) {
+                    acc_t cols = (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW));
+                    g += plus_zero4(load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0)
+                                    / depth / rows / cols);
+                }
             }
         }
     }
-    store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes, 0);
+    STORE_VOXEL(grad_x, e, g, lanes, C, W);
 }
 
 /* adaptive_max_pool3d_forward (adaptive_max_pool.cl) for an input of any strides, out and
@@ -1052,7 +1059,9 @@ __kernel void adaptive_max_pool3d_forward_strided(__global const elem_t *restric
                                                   STRIDED3D_FORWARD_SIZES,
                                                   ADAPTIVE_POOL3D_SIZES)
 {
-    STRIDED_CELL(o);
+    STRIDED_VOXEL(o, C, OD, OH, OW);
+    int lanes = lanes_of(channels_inner);
+    CELL_OF(o);
     acc4_t best = -INFINITY;
     pos_t i0 = ((pos_t)d0 * H + h0) * W + w0, i1 = i0, i2 = i0, i3 = i0;
     for (int d = d0; d < d1; ++d)

@@ -830,18 +830,20 @@ def pool3d_plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 FAMILIES += (pool3d_plane_cases,)
 
 
-def _ndhwc_avg_cases(label: str, device: Callable, shape: tuple[int, ...], avg: tuple,
-                     dtype: np.dtype, seed: int) -> Iterator[tuple[str, object, object]]:
-    """avg_pool3d and its backward of NDHWC arrays of `shape`, run as on `device` (_as_cpu
-    or _as_gpu)."""
+def _ndhwc_average_cases(label: str, device: Callable, shape: tuple[int, ...],
+                         ops: list[tuple[str, tuple, tuple]], dtype: np.dtype,
+                         seed: int) -> Iterator[tuple[str, object, object]]:
+    """Average ops (name, forward arguments, backward arguments) and their backward ops of
+    NDHWC arrays of `shape`, run as on `device` (_as_cpu or _as_gpu)."""
     x = stored_channels_last(_data(shape, dtype, seed))
-    ga = stored_channels_last(_data(ref.avg_pool3d(x, *avg).shape, dtype, seed + 1))
-    yield (f"ndhwc/avg_pool3d/{label}",
-           device(lambda: clpool.avg_pool3d(x, *avg)),
-           lambda: ref.avg_pool3d(x, *avg))
-    yield (f"ndhwc/avg_pool3d_backward/{label}",
-           device(lambda: clpool.avg_pool3d_backward(ga, x, *avg)),
-           lambda: ref.avg_pool3d_backward(ga, x, *avg))
+    for name, args, back in ops:
+        g = stored_channels_last(_data(getattr(ref, name)(x, *args).shape, dtype, seed + 1))
+        yield (f"ndhwc/{name}/{label}",
+               device(lambda n=name, a=args: getattr(clpool, n)(x, *a)),
+               lambda n=name, a=args: getattr(ref, n)(x, *a))
+        yield (f"ndhwc/{name}_backward/{label}",
+               device(lambda n=name, g=g, a=back: getattr(clpool, f"{n}_backward")(g, x, *a)),
+               lambda n=name, g=g, a=back: getattr(ref, f"{n}_backward")(g, x, *a))
 
 
 def ndhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
@@ -906,10 +908,13 @@ def ndhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
            lambda: ref.max_pool3d_with_indices_backward(g, x, idx, *win))
     # and average: a row of the C-contiguous output or gradient stores its whole run of 16
     # elements one channel at a time from a private block, then its partial run one by one
-    yield from _ndhwc_avg_cases("lanes16-runs", _as_cpu, (1, 16, 2, 2, 20), avg, dtype, 1242)
+    average = [("avg_pool3d", avg, avg)]
+    yield from _ndhwc_average_cases("lanes16-runs", _as_cpu, (1, 16, 2, 2, 20), average,
+                                    dtype, 1242)
     # a GPU's: work-groups of pool3d.TILE store through local memory, the channels and W of
     # the last ones part filled
-    yield from _ndhwc_avg_cases("tile", _as_gpu, (2, 8, 2, 3, 9), avg, dtype, 1244)
+    average.append(("adaptive_avg_pool3d", ((2, 2, 5),), ()))
+    yield from _ndhwc_average_cases("tile", _as_gpu, (2, 8, 2, 3, 9), average, dtype, 1244)
     queue = discovery.runtime(discovery.select()).queue
     host = _data((1, 2, 2, 3, 8), dtype, 1240)
     view = cla.to_device(queue, host)[..., ::2]

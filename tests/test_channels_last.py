@@ -506,26 +506,29 @@ def test_a_3d_backward_into_a_contiguous_gradient_walks_its_rows(gpu, launch_siz
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("c, w", [(8, 33), (68, 8), (4, 3)])
 def test_a_gpus_ndhwc_average_stores_through_a_tile(dtype, c, w, launch_sizes):
-    """On a GPU, avg_pool3d and its backward of NDHWC arrays (4 dividing C) into their
-    C-contiguous results run work-groups of pool3d.TILE, 4 channels a work-item, and store
-    through local memory: PyTorch CPU's bits for tiles that the channels and W fill, half
-    fill and overfill, views with offsets, overlapping windows, padding, ceil mode,
-    count_include_pad off and a divisor override."""
+    """On a GPU, avg_pool3d, adaptive_avg_pool3d and their backward ops of NDHWC arrays (4
+    dividing C) into their C-contiguous results run work-groups of pool3d.TILE, 4 channels
+    a work-item, and store through local memory: PyTorch CPU's bits for tiles that the
+    channels and W fill, half fill and overfill, views with offsets, overlapping windows,
+    padding, ceil mode, count_include_pad off, a divisor override and unequal cells."""
     sizes = launch_sizes
     rng = np.random.default_rng(4000 + c + w)
     full = torch.from_numpy(data(rng, (2, c, 5, 4, w + 2), dtype)).contiguous(memory_format=CL3D)
     x = full[..., 1:-1]  # an offset, and strides that are not dense
     xa = launch.channels_last_array(default_queue(), full.numpy())[..., 1:-1]
     tx, ty = pool3d.TILE
-    cases = [(3, 2, 1), (2, 1, 0, True, True, 5), ((1, 2, 1), (1, 1, 2), (0, 1, 0), True, False)]
-    for args in cases:
+    avg = [(3, 2, 1), (2, 1, 0, True, True, 5), ((1, 2, 1), (1, 1, 2), (0, 1, 0), True, False)]
+    cases = [("avg_pool3d", args) for args in avg]
+    cases += [("adaptive_avg_pool3d", (size,)) for size in [(3, 3, 5), (5, 4, w + 3)]]
+    for name, args in cases:
         xt = x.detach().clone().requires_grad_()
-        y = F.avg_pool3d(xt, *args)
+        y = getattr(F, name)(xt, *args)
         g = torch.from_numpy(data(rng, tuple(y.shape), dtype)).contiguous(memory_format=CL3D)
         y.backward(g)
+        backward_args = args if name == "avg_pool3d" else ()
         with policy.use(gpu=True):
-            got = clpool.avg_pool3d(xa, *args).get()
-            got_grad = clpool.avg_pool3d_backward(g.numpy(), x.numpy(), *args)
+            got = getattr(clpool, name)(xa, *args).get()
+            got_grad = getattr(clpool, f"{name}_backward")(g.numpy(), x.numpy(), *backward_args)
         assert got.flags.c_contiguous and same_bits(got, np.ascontiguousarray(y.detach())), args
         assert got_grad.flags.c_contiguous and same_bits(got_grad, xt.grad.numpy()), args
         for (n, _, d, h, w_), size in zip([y.shape, x.shape], sizes[-2:], strict=True):
