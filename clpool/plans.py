@@ -38,6 +38,7 @@ def dtype_bits(dtype: np.dtype) -> int | None:
 TILED = {"max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward", "avg_pool2d_backward"}
 TILED |= {"max_pool3d_forward", "max_pool3d_backward", "avg_pool3d_forward", "avg_pool3d_backward"}
 TILED |= {"adaptive_avg_pool2d_backward", "adaptive_max_pool_backward"}
+NO_LANES16 = "-DCLPOOL_NO_LANES16"  # no 16-lane vector code (kernels_cl/clpool.h)
 # the _strided kernels that take, on a CPU, a row of an image of 16 channels a lane
 # (channels_inner == 16: kernels_cl/plane.h)
 CPU_ROWS = {"max_pool2d_forward_strided", "max_pool2d_backward_strided"}
@@ -338,6 +339,11 @@ class Planner:
             *self.options,
             *quirks.options(self.rt.device),
         )
+        # The 16-lane code serves a CPU's kernels only: a GPU's builds leave it out, whose
+        # registers it held in the kernels that take both (an H100, NDHWC [8,64,16,56,56]
+        # k3 s2 p1: avg_pool3d 114 -> 66 us, its backward 239 -> 171; BENCHMARKS.md).
+        if self.gpu and NO_LANES16 not in options:
+            options += (NO_LANES16,)
         return programs.kernel(self.rt.context, SOURCES[self.family], options, name, own)
 
     def group_size(self, name: str, want: int) -> int:
@@ -489,7 +495,7 @@ class Planner:
             and c % 16 == 0
             and views == {1}
             and (output == 1 or name in CPU_ROWS_ANY_OUTPUT)
-            and "-DCLPOOL_NO_LANES16" not in quirks.options(self.rt.device)
+            and NO_LANES16 not in quirks.options(self.rt.device)
         )
 
     def _copy(self, i: int, slot: str) -> kernels.Launch | None:

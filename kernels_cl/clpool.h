@@ -28,7 +28,9 @@
  *                             adaptive_avg_pool2d_plane sums in 4-lane vectors. For PoCL 3.0
  *                             (LLVM 14) on AVX-512 CPUs, which crashes building 16-lane
  *                             vectors element by element (SLP vectorizer SIGSEGV, "Do not
- *                             know how to scalarize"). The same sums in the same order.
+ *                             know how to scalarize"), and for every GPU, which runs
+ *                             none of it (the registers of the kernels that hold both).
+ *                             The same sums in the same order.
  */
 #ifndef CLPOOL_DTYPE
 #define CLPOOL_DTYPE 32

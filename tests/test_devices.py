@@ -13,9 +13,10 @@ import numpy as np
 import pyopencl as cl
 import pytest
 from click.testing import CliRunner
+from pool_cases import assert_close
 
 import clpool
-from clpool import canary, cli, discovery, icd, policy, programs, quirks, verify
+from clpool import canary, cli, discovery, icd, plans, policy, programs, quirks, shapes, verify
 from clpool import reference as ref
 from clpool.errors import KernelError, PoolArgumentError, Problem
 
@@ -259,6 +260,25 @@ def test_the_quirk_table_matches_platform_version_target_and_host(monkeypatch):
     assert not quirks.applies(zen4, _fake(platform="Intel(R) OpenCL", target="znver3"))
     monkeypatch.setattr(quirks, "host_flags", lambda: frozenset({"avx2"}))
     assert not quirks.applies(zen4, _fake(target="znver3"))
+
+
+def test_a_gpus_builds_leave_out_the_16_lane_code(build_options):
+    """A GPU's programs are built with -DCLPOOL_NO_LANES16 (the 16-lane code serves a CPU's
+    kernels only) and give the reference's results; a CPU's keep it unless a quirk says."""
+    rng = np.random.default_rng(4)
+    x = shapes.stored_channels_last(rng.standard_normal((2, 16, 9, 10, 11)).astype(np.float32))
+    g = shapes.stored_channels_last(rng.standard_normal((2, 16, 5, 5, 6)).astype(np.float32))
+    quirk = plans.NO_LANES16 in quirks.options(clpool.default_queue().device)
+    for gpu in (True, False):
+        build_options.clear()
+        with policy.use(gpu=gpu):
+            assert_close(clpool.avg_pool3d(x, 3, 2, 1), ref.avg_pool3d(x, 3, 2, 1))
+            assert_close(clpool.avg_pool3d_backward(g, x, 3, 2, 1),
+                         ref.avg_pool3d_backward(g, x, 3, 2, 1))  # fmt: skip
+            image = x[:, :, 0]
+            assert_close(clpool.max_pool2d(image, 3, 2, 1), ref.max_pool2d(image, 3, 2, 1))
+        assert build_options, gpu
+        assert all((plans.NO_LANES16 in o) == (gpu or quirk) for o in build_options), gpu
 
 
 def test_a_quirk_reaches_every_build_and_the_verdict_key(device, build_options, monkeypatch):
