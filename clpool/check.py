@@ -1,5 +1,5 @@
-"""`clpool check`: run every op (2-D, 3-D, adaptive max, unpooling) on a device against the
-float64 reference.
+"""`clpool check`: run every op (1-D, 2-D, 3-D, adaptive max, unpooling) on a device
+against the float64 reference.
 
 Each op runs on a few small fixed-seed cases (overlapping windows, padding, ceil mode
 overhang, dilation with windows that miss the plane, ties, NaN, -inf, unbatched input,
@@ -33,7 +33,7 @@ from typing import Any, TypeAlias, cast
 
 import numpy as np
 
-from . import adaptive_max, bfloat16, ops, pool3d, unpool
+from . import adaptive_max, bfloat16, ops, pool1d, pool3d, unpool
 from . import reference as ref
 from .errors import reporting
 from .types import Tensor
@@ -156,8 +156,124 @@ def run(device: object = None, dtype: object = "float32") -> list[Row]:
     if dt.name not in TOLERANCE:  # let an op refuse it, through the one error handler
         ops.max_pool2d(np.zeros((1, 1, 2, 2), dt), 2, device=device)
         raise RuntimeError(f"max_pool2d accepted the unsupported dtype {dt.name}")
-    rows = _window_rows(2, _cases(dt), dt, device) + _window_rows(3, _cases_3d(dt), dt, device)
+    rows = _pool1d_rows(dt, device) + _window_rows(2, _cases(dt), dt, device)
+    rows += _window_rows(3, _cases_3d(dt), dt, device)
     return rows + _adaptive_max_rows(dt, device) + _unpool_rows(dt, device)
+
+
+def _cases_1d(dtype: np.dtype) -> dict[str, list[Case]]:
+    """The cases of the 1-D ops, as _cases's over (L,) rows: each family's arguments as
+    the 1-D op takes them."""
+    rng = np.random.default_rng(SEED + 4)
+
+    def data(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(dtype)
+
+    special = rng.integers(-2, 3, (3, 5, 12)).astype(dtype)  # ties everywhere
+    special[0, 1, 2] = special[1, 0, 0] = special[1, 3, 11] = np.nan
+    special[2, :2, :4] = -np.inf
+    cases = {
+        "max": [
+            dict(x=data(2, 3, 20), args=(3, 2, 1, 1, True)),
+            dict(x=data(1, 2, 17), args=(4, 3, 2, 2, False), index_dtype="int32"),
+            dict(x=special, args=(2, 1, 0, 1, False)),
+            dict(x=data(4, 9), args=(3, 2, 1, 1, True)),  # unbatched
+        ],
+        "avg": [
+            dict(x=data(2, 3, 20), args=(3, 2, 1, True, True)),
+            dict(x=data(2, 3, 20), args=(3, 2, 1, True, False)),
+            dict(x=data(1, 2, 17), args=(4, 3, 2, False, True)),
+            dict(x=data(4, 9), args=(2, 1, 0, False, True)),
+        ],
+        "adaptive": [
+            dict(x=data(2, 3, 20), args=(6,)),
+            dict(x=data(2, 3, 33), args=(1,)),
+            dict(x=data(1, 2, 5), args=(13,)),
+            dict(x=data(4, 9), args=(4,)),
+        ],
+    }  # fmt: skip
+    for group in cases.values():
+        for case in group:
+            case["seed"] = int(rng.integers(2**31))
+    return cases
+
+
+def _rows2d(a: np.ndarray) -> np.ndarray:
+    """(N, C, L) or (C, L) as the 2-D reference's (N, C, 1, L) or (C, 1, L)."""
+    return a[..., None, :]
+
+
+def _pool1d_rows(dt: np.dtype, device: object) -> list[Row]:
+    """max_pool1d (values, and with its indices), avg_pool1d, adaptive_avg_pool1d and
+    their backward ops against the 2-D reference on rows of one (torch's own definition:
+    H = 1, the window 1 high)."""
+    cases = _cases_1d(dt)
+    op: Any = pool1d  # the cases' arguments are Any
+
+    def window(k: int, s: int, p: int, *rest: Any) -> tuple[Any, ...]:
+        return ((1, k), (1, s), (0, p), *rest)
+
+    def max_args(c: Case) -> tuple[Any, ...]:
+        k, s, p, d, ceil_mode = c["args"]
+        return (*window(k, s, p), (1, d), ceil_mode)
+
+    def max_values(c: Case) -> Results:
+        kind = c.get("index_dtype", "int64")
+        got = op.max_pool1d(c["x"], *c["args"], device=device)
+        got_v, got_i = op.max_pool1d(c["x"], *c["args"], True, index_dtype=kind, device=device)
+        want_v, want_i = ref.max_pool2d_with_indices(_rows2d(c["x"]), *max_args(c))
+        want_v = want_v[..., 0, :].astype(dt)
+        return [
+            (got, want_v, True),
+            (got_v, want_v, True),
+            (got_i, want_i[..., 0, :].astype(kind), True),
+        ]
+
+    def max_backward(c: Case) -> Results:
+        x = _rows2d(c["x"])
+        _, idx = ref.max_pool2d_with_indices(x, *max_args(c))
+        g = _grad(c, idx.shape, dt)
+        got = op.max_pool1d_with_indices_backward(
+            g[..., 0, :], c["x"], *c["args"], idx[..., 0, :], device=device
+        )
+        want = ref.max_pool2d_with_indices_backward(g, x, idx, *max_args(c))
+        return [(got, want[..., 0, :], False)]
+
+    def avg_args(c: Case) -> tuple[Any, ...]:
+        return (*window(*c["args"][:3]), *c["args"][3:], None)
+
+    def avg(c: Case) -> Results:
+        got = op.avg_pool1d(c["x"], *c["args"], device=device)
+        return [(got, ref.avg_pool2d(_rows2d(c["x"]), *avg_args(c))[..., 0, :], False)]
+
+    def avg_backward(c: Case) -> Results:
+        x = _rows2d(c["x"])
+        g = _grad(c, ref.avg_pool2d(x, *avg_args(c)).shape, dt)
+        got = op.avg_pool1d_backward(g[..., 0, :], c["x"], *c["args"], device=device)
+        return [(got, ref.avg_pool2d_backward(g, x, *avg_args(c))[..., 0, :], False)]
+
+    def adaptive(c: Case) -> Results:
+        got = op.adaptive_avg_pool1d(c["x"], *c["args"], device=device)
+        want = ref.adaptive_avg_pool2d(_rows2d(c["x"]), (1, *c["args"]))
+        return [(got, want[..., 0, :], False)]
+
+    def adaptive_backward(c: Case) -> Results:
+        x = _rows2d(c["x"])
+        g = _grad(c, ref.adaptive_avg_pool2d(x, (1, *c["args"])).shape, dt)
+        got = op.adaptive_avg_pool1d_backward(g[..., 0, :], c["x"], device=device)
+        return [(got, ref.adaptive_avg_pool2d_backward(g, x)[..., 0, :], False)]
+
+    return [
+        _run(label, dt, cases[family], exact, one)
+        for label, family, exact, one in (
+            ("max_pool1d", "max", True, max_values),
+            ("max_pool1d_with_indices_backward", "max", False, max_backward),
+            ("avg_pool1d", "avg", False, avg),
+            ("avg_pool1d_backward", "avg", False, avg_backward),
+            ("adaptive_avg_pool1d", "adaptive", False, adaptive),
+            ("adaptive_avg_pool1d_backward", "adaptive", False, adaptive_backward),
+        )
+    ]
 
 
 def _unpool_cases(dtype: np.dtype) -> dict[int, list[Case]]:

@@ -15,7 +15,9 @@ from clpool import check, discovery
 from clpool import reference as ref
 from clpool.cli import main
 
-OPS = ["max_pool2d", "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
+OPS = ["max_pool1d", "max_pool1d_with_indices_backward", "avg_pool1d", "avg_pool1d_backward",
+       "adaptive_avg_pool1d", "adaptive_avg_pool1d_backward",
+       "max_pool2d", "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
        "avg_pool2d", "avg_pool2d_backward", "adaptive_avg_pool2d",
        "adaptive_avg_pool2d_backward", "max_pool3d", "max_pool3d_with_indices",
        "max_pool3d_with_indices_backward", "avg_pool3d", "avg_pool3d_backward",
@@ -24,7 +26,7 @@ OPS = ["max_pool2d", "max_pool2d_with_indices", "max_pool2d_with_indices_backwar
        "adaptive_max_pool3d", "adaptive_max_pool3d_backward"]
 UNPOOL_OPS = [f"max_unpool{n}d{b}" for n in (1, 2, 3) for b in ("", "_backward")]  # exact
 OPS += UNPOOL_OPS
-EXACT = {"max_pool2d", "max_pool2d_with_indices", "max_pool3d", "max_pool3d_with_indices",
+EXACT = {"max_pool1d", "max_pool2d", "max_pool2d_with_indices", "max_pool3d", "max_pool3d_with_indices",
          "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", *UNPOOL_OPS}
 
 
@@ -115,7 +117,7 @@ def test_missing_dtype_prints_the_pool_error(pocl_device, monkeypatch):
     assert result.exit_code == 2
     assert isinstance(result.exception, SystemExit)  # no traceback
     name = pocl_device.name.strip()
-    assert (f"max_pool2d kernel failed (device={name}, dtype=float16): the device lacks "
+    assert (f"max_pool1d kernel failed (device={name}, dtype=float16): the device lacks "
             "cl_khr_fp16") in result.output
 
 
