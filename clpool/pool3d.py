@@ -36,12 +36,13 @@ DEPTHS = {
     "avg_pool3d_forward": 2,
     "avg_pool3d_backward": 2,
 }
-# A GPU's work-group (channels by W, 4 channels a work-item) for the _strided kernels whose
-# views have their channels contiguous and whose result does not (CLPOOL_TILE3D_X/Y of
-# kernels_cl/pool3d.cl): their results go out through local memory, W innermost.
+# A GPU's largest work-group (work-items along C, 4 channels each, by elements along W)
+# for the _strided kernels whose views have their channels contiguous and whose result does
+# not (CLPOOL_TILE3D_X/Y of kernels_cl/pool3d.cl): their results go out through local
+# memory, W innermost.
 TILE = (16, 8)
-TILED = {"avg_pool3d_forward_strided", "avg_pool3d_backward_strided"}
-TILED |= {"adaptive_avg_pool3d_forward_strided", "adaptive_avg_pool3d_backward_strided"}
+TILE_KERNELS = {"avg_pool3d_forward_strided", "avg_pool3d_backward_strided"}
+TILE_KERNELS |= {"adaptive_avg_pool3d_forward_strided", "adaptive_avg_pool3d_backward_strided"}
 
 
 def _unbatched(shape: tuple[int, ...], ndim: int) -> tuple[int, ...]:
@@ -170,6 +171,26 @@ def _keep_format(p: Planner, last: bool) -> None:
         p.outputs[i] = dataclasses.replace(spec, strides=nbytes)
 
 
+def _tile(p: Planner, name: str, c: int, w: int, channels: list[int]) -> tuple[int, int] | None:
+    """The work-group (work-items along C by elements along W) in which _strided kernel
+    `name` stores its results through local memory, on a GPU, for a kernel of TILE_KERNELS
+    whose views have their `channels` (strides: the output's first) contiguous, 4 of them
+    dividing C, and whose output has not: up to TILE, no larger than C / 4 and W need;
+    None elsewhere, and where the built kernel takes fewer work-items in a group (or the
+    policy's group is smaller)."""
+    views_only = set(channels[1:]) == {1} and channels[0] != 1
+    if not (p.gpu and name in TILE_KERNELS and c % 4 == 0 and views_only):
+        return None
+    x = min(TILE[0], plans.pow2_at_least(c // 4))
+    y = min(math.prod(TILE) // x, plans.pow2_at_least(w))
+    options = p.options
+    p.options += (f"-DCLPOOL_TILE3D_X={x}", f"-DCLPOOL_TILE3D_Y={y}")
+    if p.group_size(name, x * y) < x * y:
+        p.options = options
+        return None
+    return x, y
+
+
 def _step_strided(
     p: Planner,
     name: str,
@@ -183,10 +204,9 @@ def _step_strided(
     backward's gradient) has them contiguous, 4 channels each where all views and the
     output do and they divide C; on a CPU, for a kernel of plans.CPU_ROWS where 16 divides
     C and the views' channels are contiguous (and the output's, unless
-    plans.CPU_ROWS_ANY_OUTPUT), a row of an image each, 16 channels a lane. On a GPU, for a
-    kernel of TILED where the views have the channels contiguous, 4 of them dividing C, and
-    the output does not, work-groups of TILE, 4 channels each, their results stored
-    through local memory W innermost (without it one side's accesses stay uncoalesced
+    plans.CPU_ROWS_ANY_OUTPUT), a row of an image each, 16 channels a lane. On a GPU, in
+    work-groups of _tile's, 4 channels each, their results stored through local memory W
+    innermost, where it gives one (without it one side's accesses stay uncoalesced
     whichever it walks: avg_pool3d_backward of an NDHWC grad_output into its C-contiguous
     gradient took 715 us walking the channels on an H100, 778 us walking W on the H200,
     against about 50 us from NCDHW; BENCHMARKS.md)."""
@@ -205,15 +225,8 @@ def _step_strided(
     scalars.update({f"{out.slot}_{axis}": v for axis, v in zip(axes, out_strides, strict=True)})
     largest = max(counts)
     inner = c > 1 and 1 in (s for s, n_ in zip(channels, counts, strict=True) if n_ == largest)
-    tile = (
-        p.gpu
-        and name in TILED
-        and c % 4 == 0
-        and set(channels[1:]) == {1}
-        and channels[0] != 1
-        and math.prod(TILE) <= p.rt.device.max_work_group_size
-    )
-    inner = inner or tile
+    tile = _tile(p, name, c, w, channels)
+    inner = inner or tile is not None
     lanes = 4 if tile or (inner and set(channels) == {1} and c % 4 == 0) else 1
     geometry = (c // lanes, w, n * d * h) if inner else (w, h, n * c * d)
     # a CPU's rows of an image, their channels in runs of up to 256 (clpool.h)
@@ -223,9 +236,8 @@ def _step_strided(
         p.options = tuple(o for o in p.options if o != "-DCLPOOL_ROWS32")
     sizes, local = plans.ndrange(p.rt.device, *geometry)
     if tile:
-        local = (*TILE, 1)
-        sizes = (-(-geometry[0] // TILE[0]) * TILE[0], -(-w // TILE[1]) * TILE[1], sizes[2])
-        p.options += (f"-DCLPOOL_TILE3D_X={TILE[0]}", f"-DCLPOOL_TILE3D_Y={TILE[1]}")
+        local = (*tile, 1)
+        sizes = (-(-geometry[0] // tile[0]) * tile[0], -(-w // tile[1]) * tile[1], sizes[2])
     p.as_is = True
     kernel = p.kernel(name, own=True)
     channels_inner = lanes if inner else 0

@@ -28,8 +28,8 @@
  *                             adaptive_avg_pool2d_plane sums in 4-lane vectors. For PoCL 3.0
  *                             (LLVM 14) on AVX-512 CPUs, which crashes building 16-lane
  *                             vectors element by element (SLP vectorizer SIGSEGV, "Do not
- *                             know how to scalarize"), and for every GPU, which runs
- *                             none of it (the registers of the kernels that hold both).
+ *                             know how to scalarize"), and for every GPU, whose kernels
+ *                             take none of the 16-lane paths (it held their registers).
  *                             The same sums in the same order.
  */
 #ifndef CLPOOL_DTYPE

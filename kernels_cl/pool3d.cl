@@ -536,8 +536,9 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
  * the result; else dimension 0 walks C by channels_inner channels per work-item, 1 W and 2
  * the (n, d, h) rows, so that neighbouring work-items take neighbouring channels of one
  * voxel (contiguous in channels-last-3d memory: coalesced loads and stores). The host takes
- * 4 channels per work-item where they are contiguous in every view and C % 4 == 0, else 1
- * (clpool.h's load_lanes and store_lanes, as elements: vload4, not aligned vectors). */
+ * 4 channels per work-item where they are contiguous in every view and C % 4 == 0 (or in
+ * the views alone, with a GPU's tile: TILED_VOXEL), else 1 (clpool.h's load_lanes and
+ * store_lanes, as elements: vload4, not aligned vectors). */
 /* The strides of result view v, then those of input view v, its offset first. */
 #define STRIDES3D(v) long v##_sn, long v##_sc, long v##_sd, long v##_sh, long v##_sw
 #define VIEW3D(v) long v##_offset, STRIDES3D(v)

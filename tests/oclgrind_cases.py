@@ -572,7 +572,7 @@ def bfloat16_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """bfloat16's GPU tiles (planned as for a GPU): rows loaded 8 elements at a time and
     tile rows stored 4 at a time (-DCLPOOL_VEC8, -DCLPOOL_PACK=4), row tails included; the
-    3-D forwards' rows in chunks of 8."""
+    3-D forwards' rows in chunks of 8; the NDHWC average ops' local tile."""
     y = _data((1, 2, 7, 16), dtype, 901, ties=True)
     g = _data((1, 2, 4, 8), dtype, 902)
     out, idx = ref.max_pool2d_with_indices(y, 3, 2, 1)
@@ -597,6 +597,9 @@ def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
            lambda: ref.max_pool3d(v, 3, 2, 1))
     yield ("gpu/avg_pool3d/wide", lambda: wide3d(clpool.avg_pool3d),
            lambda: ref.avg_pool3d(v, 3, 2, 1))
+    # NDHWC average into C-contiguous results: the tile's local memory in float32
+    yield from _ndhwc_average_cases("tile", _as_gpu, (1, 8, 2, 3, 9),
+                                    [("avg_pool3d", (2, 1, 1), (2, 1, 1))], dtype, 904)
 
 
 def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None:
@@ -911,8 +914,8 @@ def ndhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     average = [("avg_pool3d", avg, avg)]
     yield from _ndhwc_average_cases("lanes16-runs", _as_cpu, (1, 16, 2, 2, 20), average,
                                     dtype, 1242)
-    # a GPU's: work-groups of pool3d.TILE store through local memory, the channels and W of
-    # the last ones part filled
+    # a GPU's: work-groups of up to pool3d.TILE store through local memory, the channels and
+    # W of the last ones part filled
     average.append(("adaptive_avg_pool3d", ((2, 2, 5),), ()))
     yield from _ndhwc_average_cases("tile", _as_gpu, (2, 8, 2, 3, 9), average, dtype, 1244)
     queue = discovery.runtime(discovery.select()).queue

@@ -507,16 +507,17 @@ def test_a_3d_backward_into_a_contiguous_gradient_walks_its_rows(gpu, launch_siz
 @pytest.mark.parametrize("c, w", [(8, 33), (68, 8), (4, 3)])
 def test_a_gpus_ndhwc_average_stores_through_a_tile(dtype, c, w, launch_sizes):
     """On a GPU, avg_pool3d, adaptive_avg_pool3d and their backward ops of NDHWC arrays (4
-    dividing C) into their C-contiguous results run work-groups of pool3d.TILE, 4 channels
-    a work-item, and store through local memory: PyTorch CPU's bits for tiles that the
-    channels and W fill, half fill and overfill, views with offsets, overlapping windows,
-    padding, ceil mode, count_include_pad off, a divisor override and unequal cells."""
+    dividing C) into their C-contiguous results run work-groups of up to pool3d.TILE, 4
+    channels a work-item, no more than C and W need, and store through local memory:
+    PyTorch CPU's bits for tiles that the channels and W fill, half fill and overfill,
+    views with offsets, overlapping windows, padding, ceil mode, count_include_pad off, a
+    divisor override and unequal cells."""
     sizes = launch_sizes
     rng = np.random.default_rng(4000 + c + w)
     full = torch.from_numpy(data(rng, (2, c, 5, 4, w + 2), dtype)).contiguous(memory_format=CL3D)
     x = full[..., 1:-1]  # an offset, and strides that are not dense
     xa = launch.channels_last_array(default_queue(), full.numpy())[..., 1:-1]
-    tx, ty = pool3d.TILE
+    tx = min(pool3d.TILE[0], 1 << (c // 4 - 1).bit_length())  # work-items along C
     avg = [(3, 2, 1), (2, 1, 0, True, True, 5), ((1, 2, 1), (1, 1, 2), (0, 1, 0), True, False)]
     cases = [("avg_pool3d", args) for args in avg]
     cases += [("adaptive_avg_pool3d", (size,)) for size in [(3, 3, 5), (5, 4, w + 3)]]
@@ -532,7 +533,25 @@ def test_a_gpus_ndhwc_average_stores_through_a_tile(dtype, c, w, launch_sizes):
         assert got.flags.c_contiguous and same_bits(got, np.ascontiguousarray(y.detach())), args
         assert got_grad.flags.c_contiguous and same_bits(got_grad, xt.grad.numpy()), args
         for (n, _, d, h, w_), size in zip([y.shape, x.shape], sizes[-2:], strict=True):
+            ty = min(128 // tx, 1 << (w_ - 1).bit_length())  # along W
             assert size == (-(-c // (4 * tx)) * tx, -(-w_ // ty) * ty, n * d * h), args
+
+
+def test_a_gpu_without_room_for_the_tile_walks_as_before(launch_sizes, monkeypatch):
+    """Where the built kernel (or the policy) takes fewer work-items in a group than the
+    tile needs, the NDHWC average ops walk as they did without one: the reference's
+    results, the tile's options dropped."""
+    monkeypatch.setattr(plans.Planner, "group_size", lambda self, name, want: want // 2)
+    rng = np.random.default_rng(41)
+    x = stored_channels_last(data(rng, (2, 8, 5, 6, 9)))
+    g = stored_channels_last(data(rng, (2, 8, 3, 3, 5)))
+    with policy.use(gpu=True):
+        assert_close(clpool.avg_pool3d(x, 3, 2, 1), ref.avg_pool3d(x, 3, 2, 1))
+        assert_close(clpool.avg_pool3d_backward(g, x, 3, 2, 1),
+                     ref.avg_pool3d_backward(g, x, 3, 2, 1))  # fmt: skip
+    forward, backward = launch_sizes
+    # a channel a work-item (the tile's 4: 2 along C), then W first over (n, c, d) rows
+    assert forward[0] == 8 and backward[0] >= 9 and backward[2] == 2 * 8 * 5, launch_sizes
 
 
 @pytest.mark.parametrize("w", [16, 37, 50])

@@ -26,8 +26,9 @@ OPS = ["max_pool1d", "max_pool1d_with_indices_backward", "avg_pool1d", "avg_pool
        "adaptive_max_pool3d", "adaptive_max_pool3d_backward"]
 UNPOOL_OPS = [f"max_unpool{n}d{b}" for n in (1, 2, 3) for b in ("", "_backward")]  # exact
 OPS += UNPOOL_OPS
-EXACT = {"max_pool1d", "max_pool2d", "max_pool2d_with_indices", "max_pool3d", "max_pool3d_with_indices",
-         "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", *UNPOOL_OPS}
+EXACT = {"max_pool1d", "max_pool2d", "max_pool2d_with_indices", "max_pool3d",
+         "max_pool3d_with_indices", "adaptive_max_pool1d", "adaptive_max_pool2d",
+         "adaptive_max_pool3d", *UNPOOL_OPS}
 
 
 def invoke(*args: str):
