@@ -28,29 +28,31 @@ if TYPE_CHECKING:
 # A JSON-ready record: a case's parameters, its timings, a report.
 Record: TypeAlias = dict[str, Any]
 
-OPS = (
+WINDOWED = (
     "max_pool2d",
     "max_pool2d_with_indices",
     "max_pool2d_with_indices_backward",
     "avg_pool2d",
     "avg_pool2d_backward",
-    "adaptive_avg_pool2d",
-    "adaptive_avg_pool2d_backward",
-    "adaptive_max_pool2d",
-    "adaptive_max_pool2d_backward",
-    "max_unpool2d",
+)
+ADAPTIVE_AVG = ("adaptive_avg_pool2d", "adaptive_avg_pool2d_backward")
+ADAPTIVE_MAX = ("adaptive_max_pool2d", "adaptive_max_pool2d_backward")
+WINDOWED_3D = (
     "max_pool3d",
+    "max_pool3d_with_indices",
     "max_pool3d_with_indices_backward",
     "avg_pool3d",
     "avg_pool3d_backward",
-    "max_pool1d",
-    "avg_pool1d",
 )
-WINDOWED = OPS[:5]
-ADAPTIVE_AVG = OPS[5:7]
-ADAPTIVE_MAX = OPS[7:9]
-WINDOWED_3D = OPS[10:14]
-WINDOWED_1D = OPS[14:]
+ADAPTIVE_3D = (
+    "adaptive_avg_pool3d",
+    "adaptive_avg_pool3d_backward",
+    "adaptive_max_pool3d",
+    "adaptive_max_pool3d_backward",
+)
+WINDOWED_1D = ("max_pool1d", "avg_pool1d")
+OPS_3D = (*WINDOWED_3D, *ADAPTIVE_3D)
+OPS = (*WINDOWED, *ADAPTIVE_AVG, *ADAPTIVE_MAX, "max_unpool2d", *OPS_3D, *WINDOWED_1D)
 # max_unpool2d of max_pool2d k2 s2's result (and indices) back to the first shape's size
 UNPOOL_WINDOW = dict(kernel_size=2, stride=2, padding=0)
 # (shape, output size) of the adaptive max pooling cases: a classifier's head (N / 4 on a
@@ -63,8 +65,9 @@ SHAPES = (
     ((128, 64, 128, 128), dict(kernel_size=3, stride=1, padding=1)),
 )
 ADAPTIVE_OUTPUTS = (7, 1)
-# The 3-D sweep: f32 NCDHW, a GPU's size (a CPU gets N / 4).
+# The 3-D sweep: f32 NCDHW, a GPU's size (a CPU gets N / 4); the adaptive ops to 7x7x7.
 SHAPE_3D = ((8, 64, 16, 56, 56), dict(kernel_size=3, stride=2, padding=1))
+ADAPTIVE_3D_OUTPUT = 7
 # The 1-D sweep: f32 (N, C, L), audio or text (a CPU gets N / 4).
 SHAPE_1D = ((64, 256, 4096), dict(kernel_size=3, stride=2, padding=0))
 MIN_TIME = 0.2  # seconds a timed loop of calls runs at least (unless MAX_CALLS)
@@ -101,12 +104,16 @@ def default_cases(
     """The default sweep (or every op of the shape's rank on one given shape, with the
     rank's first window), in `dtype`, on inputs of `layout` ("nchw", or "nhwc":
     channels-last, NDHWC for the 3-D ops; the 1-D ops take theirs as they are)."""
-    other_ranks = {5: (WINDOWED_3D, SHAPE_3D), 3: (WINDOWED_1D, SHAPE_1D)}
+    other_ranks = {5: (OPS_3D, SHAPE_3D), 3: (WINDOWED_1D, SHAPE_1D)}
+
+    def rank_cases(s: tuple[int, ...], window: dict[str, int]) -> list[Case]:
+        lay = layout if len(s) == 5 else "nchw"
+        adaptive = dict(output_size=ADAPTIVE_3D_OUTPUT)
+        return [Case(op, s, dict(adaptive if op in ADAPTIVE_3D else window), dtype, lay)
+                for op in other_ranks[len(s)][0] if op in ops_wanted]  # fmt: skip
+
     if shape is not None and len(shape) in other_ranks:
-        rank_ops, (_, window) = other_ranks[len(shape)]
-        lay = layout if len(shape) == 5 else "nchw"
-        return [Case(op, tuple(shape), dict(window), dtype, lay) for op in rank_ops
-                if op in ops_wanted]  # fmt: skip
+        return rank_cases(tuple(shape), other_ranks[len(shape)][1][1])
     shapes: tuple[tuple[tuple[int, ...], dict[str, int]], ...] = (
         SHAPES if shape is None else ((tuple(shape), SHAPES[0][1]),)
     )
@@ -133,10 +140,8 @@ def default_cases(
         if op in ops_wanted
     ]
     if shape is None:
-        for rank_ops, (s, window) in other_ranks.values():
-            s = (max(1, s[0] // 4), *s[1:]) if cpu else s
-            lay = layout if len(s) == 5 else "nchw"
-            cases += [Case(op, s, dict(window), dtype, lay) for op in rank_ops if op in ops_wanted]
+        for _, (s, window) in other_ranks.values():
+            cases += rank_cases((max(1, s[0] // 4), *s[1:]) if cpu else s, window)
     return cases
 
 
@@ -209,7 +214,7 @@ def _out_hw(case: Case) -> tuple[int, ...]:
     """The output plane (or volume) of a case, by the formula the ops check with."""
     p = case.params
     if "output_size" in p:
-        return p["output_size"], p["output_size"]
+        return (p["output_size"],) * (len(case.shape) - 2)
     k, s, pad = p["kernel_size"], p["stride"], p["padding"]
     return tuple(shapes.output_size(side, k, s, pad, 1, False) for side in case.shape[2:])
 
@@ -243,8 +248,9 @@ def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[Record, int]:
     if case.op.startswith("max_pool") and case.op.endswith("_with_indices_backward"):
         _, indices = getattr(clpool, case.op.removesuffix("_backward"))(x, **case.params)
         return dict(grad_output=grad, input=x, indices=indices), small + indices.nbytes + big
-    if case.op == "adaptive_max_pool2d_backward":
-        pair = clpool.adaptive_max_pool2d(x, **case.params, return_indices=True)
+    if case.op.startswith("adaptive_max") and case.op.endswith("_backward"):
+        forward = getattr(clpool, case.op.removesuffix("_backward"))
+        pair = forward(x, **case.params, return_indices=True)
         indices = cast(tuple[cla.Array, cla.Array], pair)[1]
         return dict(grad_output=grad, input=x, indices=indices), small + indices.nbytes + big
     if case.op.endswith("backward"):
@@ -256,7 +262,7 @@ def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[Record, int]:
         )
         inputs = dict(input=pooled, indices=indices, output_size=case.shape[-2:])
         return inputs, pooled.nbytes + indices.nbytes + big
-    extra = 2 * small if case.op == "max_pool2d_with_indices" else 0
+    extra = 2 * small if case.op.endswith("_with_indices") else 0  # int64 indices
     return dict(input=x), big + small + extra
 
 
@@ -281,17 +287,19 @@ def _torch_call(case: Case, t: Record) -> Callable[[], object]:
     import torch.nn.functional as F  # noqa: N812
 
     p, aten = case.params, torch.ops.aten
-    if case.op.startswith("adaptive_max"):
-        o = (p["output_size"],) * 2
-        if case.op.endswith("backward"):
-            return lambda: aten.adaptive_max_pool2d_backward(t["grad_output"], t["x"], t["indices"])
-        return lambda: F.adaptive_max_pool2d(t["x"], o)
-    if "output_size" in p:
-        o = (p["output_size"],) * 2
-        if case.op.endswith("backward"):
-            return lambda: aten._adaptive_avg_pool2d_backward(t["grad_output"], t["x"])
-        return lambda: F.adaptive_avg_pool2d(t["x"], o)
     dims = len(case.shape) - 2
+    if case.op.startswith("adaptive_max"):
+        o = (p["output_size"],) * dims
+        if case.op.endswith("backward"):
+            back = getattr(aten, f"adaptive_max_pool{dims}d_backward")
+            return lambda: back(t["grad_output"], t["x"], t["indices"])
+        return lambda: getattr(F, f"adaptive_max_pool{dims}d")(t["x"], o)
+    if "output_size" in p:
+        o = (p["output_size"],) * dims
+        if case.op.endswith("backward"):
+            back = getattr(aten, f"_adaptive_avg_pool{dims}d_backward")
+            return lambda: back(t["grad_output"], t["x"])
+        return lambda: getattr(F, f"adaptive_avg_pool{dims}d")(t["x"], o)
     k, s, pad = [p["kernel_size"]] * dims, [p["stride"]] * dims, [p["padding"]] * dims
     if case.op == "max_unpool2d":
         size = list(case.shape[-2:])
@@ -300,6 +308,7 @@ def _torch_call(case: Case, t: Record) -> Callable[[], object]:
         "max_pool1d": lambda: F.max_pool1d(t["x"], k, s, pad),
         "avg_pool1d": lambda: F.avg_pool1d(t["x"], k, s, pad),
         "max_pool3d": lambda: F.max_pool3d(t["x"], k, s, pad),
+        "max_pool3d_with_indices": lambda: F.max_pool3d(t["x"], k, s, pad, return_indices=True),
         "max_pool3d_with_indices_backward": lambda: aten.max_pool3d_with_indices_backward(
             t["grad_output"], t["x"], k, s, pad, [1] * 3, False, t["indices"]
         ),
@@ -355,9 +364,9 @@ def time_torch(case: Case, where: str, loops: int, min_time: float = MIN_TIME) -
         t["pooled"], t["indices"] = torch.nn.functional.max_pool2d(
             x, p["kernel_size"], p["stride"], p["padding"], return_indices=True
         )
-    if case.op == "adaptive_max_pool2d_backward":
-        size = case.params["output_size"]
-        t["indices"] = torch.nn.functional.adaptive_max_pool2d(x, size, return_indices=True)[1]
+    if case.op.startswith("adaptive_max") and case.op.endswith("_backward"):
+        forward = getattr(torch.nn.functional, case.op.removesuffix("_backward"))
+        t["indices"] = forward(x, case.params["output_size"], return_indices=True)[1]
     finish = torch.cuda.synchronize if where == "cuda" else lambda: None
     return wall_us(_torch_call(case, t), finish, loops, min_time)[0]
 

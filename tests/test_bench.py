@@ -69,7 +69,7 @@ def test_bench_json_on_a_tiny_shape(device):
     report = json.loads(result.stdout)  # progress goes to stderr, the JSON alone to stdout
     assert report["loops"] == 1 and report["min_time_s"] == 0.005
     ops = [c.op for c in bench.default_cases(False, bench.OPS, (1, 1, 8, 8))]
-    assert set(ops) == set(bench.OPS) - set(bench.WINDOWED_3D) - set(bench.WINDOWED_1D)
+    assert set(ops) == set(bench.OPS) - set(bench.OPS_3D) - set(bench.WINDOWED_1D)
     _check_report(report, device, ops, [1, 1, 8, 8])
     assert "bench" in result.stderr
 
@@ -80,16 +80,17 @@ def test_bench_json_on_a_tiny_volume(device):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     ops = [c.op for c in bench.default_cases(False, bench.OPS, (1, 2, 4, 5, 6))]
-    assert ops == list(bench.WINDOWED_3D)
+    assert ops == list(bench.OPS_3D)
     _check_report(report, device, ops, [1, 2, 4, 5, 6])  # with PyTorch, where installed
 
 
 def test_the_default_sweep_has_the_3d_cases_with_the_batch_scaled_on_a_cpu():
     for cpu, n in ((False, 8), (True, 2)):
-        cases = [c for c in bench.default_cases(cpu) if c.op in bench.WINDOWED_3D]
-        assert [c.op for c in cases] == list(bench.WINDOWED_3D)
+        cases = [c for c in bench.default_cases(cpu) if c.op in bench.OPS_3D]
+        assert [c.op for c in cases] == list(bench.OPS_3D)
         assert {c.shape for c in cases} == {(n, 64, 16, 56, 56)}
-        assert {c.label for c in cases} == {"k3 s2 p1"}
+        labels = ["k3 s2 p1"] * len(bench.WINDOWED_3D) + ["out 7"] * len(bench.ADAPTIVE_3D)
+        assert [c.label for c in cases] == labels
 
 
 def test_bench_json_on_a_tiny_sequence(device):
@@ -218,7 +219,7 @@ def test_the_sweep_unpools_max_pool2d_k2_s2_of_the_first_shape(device):
 def test_the_default_sweep_has_adaptive_max_pooling_of_a_classifier_head():
     for cpu, n in ((False, 32), (True, 8)):
         found = [(c.op, c.shape, c.label) for c in bench.default_cases(cpu)
-                 if c.op.startswith("adaptive_max")]  # fmt: skip
+                 if c.op.startswith("adaptive_max_pool2d")]  # fmt: skip
         assert found == [(op, (n, 256, 14, 14), "out 7") for op in bench.ADAPTIVE_MAX]
     assert bench.ADAPTIVE_MAX == ("adaptive_max_pool2d", "adaptive_max_pool2d_backward")
 
