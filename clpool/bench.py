@@ -50,10 +50,24 @@ ADAPTIVE_3D = (
     "adaptive_max_pool3d",
     "adaptive_max_pool3d_backward",
 )
-WINDOWED_1D = ("max_pool1d", "avg_pool1d")
-OPS_3D = (*WINDOWED_3D, *ADAPTIVE_3D)
-OPS = (*WINDOWED, *ADAPTIVE_AVG, *ADAPTIVE_MAX, "max_unpool2d", *OPS_3D, *WINDOWED_1D)
-# max_unpool2d of max_pool2d k2 s2's result (and indices) back to the first shape's size
+WINDOWED_1D = (
+    "max_pool1d",
+    "max_pool1d_with_indices_backward",
+    "avg_pool1d",
+    "avg_pool1d_backward",
+)
+ADAPTIVE_1D = (
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool1d_backward",
+    "adaptive_max_pool1d",
+    "adaptive_max_pool1d_backward",
+)
+UNPOOL = {n: (f"max_unpool{n}d", f"max_unpool{n}d_backward") for n in (1, 2, 3)}
+OPS_3D = (*WINDOWED_3D, *ADAPTIVE_3D, *UNPOOL[3])
+OPS_1D = (*WINDOWED_1D, *ADAPTIVE_1D, *UNPOOL[1])
+OPS = (*WINDOWED, *ADAPTIVE_AVG, *ADAPTIVE_MAX, *UNPOOL[2], *OPS_3D, *OPS_1D)
+# max_unpool1d/2d/3d of max_pool k2 s2's result (and indices) back to the case's shape (2-D:
+# the first shape's), and their backward ops
 UNPOOL_WINDOW = dict(kernel_size=2, stride=2, padding=0)
 # (shape, output size) of the adaptive max pooling cases: a classifier's head (N / 4 on a
 # CPU)
@@ -65,11 +79,12 @@ SHAPES = (
     ((128, 64, 128, 128), dict(kernel_size=3, stride=1, padding=1)),
 )
 ADAPTIVE_OUTPUTS = (7, 1)
-# The 3-D sweep: f32 NCDHW, a GPU's size (a CPU gets N / 4); the adaptive ops to 7x7x7.
+# The 3-D sweep: f32 NCDHW, a GPU's size (a CPU gets N / 4).
 SHAPE_3D = ((8, 64, 16, 56, 56), dict(kernel_size=3, stride=2, padding=1))
-ADAPTIVE_3D_OUTPUT = 7
 # The 1-D sweep: f32 (N, C, L), audio or text (a CPU gets N / 4).
 SHAPE_1D = ((64, 256, 4096), dict(kernel_size=3, stride=2, padding=0))
+# The 1-D and 3-D adaptive ops' output size along each axis.
+ADAPTIVE_ND_OUTPUT = 7
 MIN_TIME = 0.2  # seconds a timed loop of calls runs at least (unless MAX_CALLS)
 MAX_CALLS = 20_000  # calls in one timed loop at most
 KERNEL_CALLS = 100  # calls whose profiling events give the kernel time, at most
@@ -104,13 +119,19 @@ def default_cases(
     """The default sweep (or every op of the shape's rank on one given shape, with the
     rank's first window), in `dtype`, on inputs of `layout` ("nchw", or "nhwc":
     channels-last, NDHWC for the 3-D ops; the 1-D ops take theirs as they are)."""
-    other_ranks = {5: (OPS_3D, SHAPE_3D), 3: (WINDOWED_1D, SHAPE_1D)}
+    other_ranks = {5: (OPS_3D, SHAPE_3D), 3: (OPS_1D, SHAPE_1D)}
 
     def rank_cases(s: tuple[int, ...], window: dict[str, int]) -> list[Case]:
         lay = layout if len(s) == 5 else "nchw"
-        adaptive = dict(output_size=ADAPTIVE_3D_OUTPUT)
-        return [Case(op, s, dict(adaptive if op in ADAPTIVE_3D else window), dtype, lay)
-                for op in other_ranks[len(s)][0] if op in ops_wanted]  # fmt: skip
+        adaptive = dict(output_size=ADAPTIVE_ND_OUTPUT)
+
+        def params(op: str) -> dict[str, int]:
+            if op.startswith("adaptive"):
+                return dict(adaptive)
+            return dict(UNPOOL_WINDOW if op.startswith("max_unpool") else window)
+
+        return [Case(op, s, params(op), dtype, lay) for op in other_ranks[len(s)][0]
+                if op in ops_wanted]  # fmt: skip
 
     if shape is not None and len(shape) in other_ranks:
         return rank_cases(tuple(shape), other_ranks[len(shape)][1][1])
@@ -129,8 +150,9 @@ def default_cases(
                 for op in ADAPTIVE_AVG
                 if op in ops_wanted
             ]
-        if "max_unpool2d" in ops_wanted and i == 0:
-            cases.append(Case("max_unpool2d", s, dict(UNPOOL_WINDOW), dtype, layout))
+        if i == 0:
+            cases += [Case(op, s, dict(UNPOOL_WINDOW), dtype, layout) for op in UNPOOL[2]
+                      if op in ops_wanted]  # fmt: skip
     n, c, h, w = ADAPTIVE_MAX_CASE[0] if shape is None else shape
     if cpu and shape is None:
         n = max(1, n // 4)
@@ -238,6 +260,16 @@ def _device_array(rt: Runtime, a: np.ndarray, layout: str) -> cla.Array:
     return cla.to_device(rt.queue, a)
 
 
+def _max_with_indices(x: cla.Array, case: Case) -> tuple[cla.Array, cla.Array]:
+    """Max pooling of device array `x` with the case's window: values and int64 indices."""
+    rank = len(case.shape) - 2
+    if rank == 1:  # no max_pool1d_with_indices: return_indices, as torch's
+        pair = clpool.max_pool1d(x, **case.params, return_indices=True)
+    else:
+        pair = getattr(clpool, f"max_pool{rank}d_with_indices")(x, **case.params)
+    return cast(tuple[cla.Array, cla.Array], pair)
+
+
 def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[Record, int]:
     """Device inputs of a case and the bytes the op must move (read once, write once)."""
     rng = np.random.default_rng(seed)
@@ -246,8 +278,14 @@ def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[Record, int]:
     grad = _device_array(rt, _data(rng, out_shape, case.dtype), case.layout)
     big, small = x.nbytes, grad.nbytes
     if case.op.startswith("max_pool") and case.op.endswith("_with_indices_backward"):
-        _, indices = getattr(clpool, case.op.removesuffix("_backward"))(x, **case.params)
+        indices = _max_with_indices(x, case)[1]
         return dict(grad_output=grad, input=x, indices=indices), small + indices.nbytes + big
+    if case.op.startswith("max_unpool"):  # of the pooled values and indices, to x's size
+        pooled, indices = _max_with_indices(x, case)
+        found = dict(input=pooled, indices=indices, output_size=case.shape[2:])
+        if case.op.endswith("_backward"):  # x as the gradient: one read per pooled value
+            return dict(grad_output=x, **found), 2 * pooled.nbytes + indices.nbytes
+        return found, pooled.nbytes + indices.nbytes + big
     if case.op.startswith("adaptive_max") and case.op.endswith("_backward"):
         forward = getattr(clpool, case.op.removesuffix("_backward"))
         pair = forward(x, **case.params, return_indices=True)
@@ -255,13 +293,6 @@ def _inputs(case: Case, rt: Runtime, seed: int = 0) -> tuple[Record, int]:
         return dict(grad_output=grad, input=x, indices=indices), small + indices.nbytes + big
     if case.op.endswith("backward"):
         return dict(grad_output=grad, input=x), small + big
-    if case.op == "max_unpool2d":  # reads the pooled values and indices, writes x's size
-        # device inputs: device results
-        pooled, indices = cast(
-            tuple[cla.Array, cla.Array], ops.max_pool2d_with_indices(x, **case.params)
-        )
-        inputs = dict(input=pooled, indices=indices, output_size=case.shape[-2:])
-        return inputs, pooled.nbytes + indices.nbytes + big
     extra = 2 * small if case.op.endswith("_with_indices") else 0  # int64 indices
     return dict(input=x), big + small + extra
 
@@ -288,22 +319,35 @@ def _torch_call(case: Case, t: Record) -> Callable[[], object]:
 
     p, aten = case.params, torch.ops.aten
     dims = len(case.shape) - 2
+    if dims == 1 and case.op.endswith("_backward") and not case.op.startswith("max_unpool"):
+        # torch's 1-D ops run its 2-D ones on rows of one, and so do their backward ops
+        rows = {key: v.unsqueeze(-2) for key, v in t.items()}
+        params = {key: (0 if key == "padding" else 1, v) for key, v in p.items()}
+        shape = (*case.shape[:2], 1, case.shape[2])
+        return _torch_call(Case(case.op.replace("1d", "2d"), shape, params), rows)
+
+    def axes(key: str) -> list[int]:
+        v = p[key]
+        return list(v) if isinstance(v, tuple) else [v] * dims
+
     if case.op.startswith("adaptive_max"):
-        o = (p["output_size"],) * dims
+        o = axes("output_size")
         if case.op.endswith("backward"):
             back = getattr(aten, f"adaptive_max_pool{dims}d_backward")
             return lambda: back(t["grad_output"], t["x"], t["indices"])
         return lambda: getattr(F, f"adaptive_max_pool{dims}d")(t["x"], o)
     if "output_size" in p:
-        o = (p["output_size"],) * dims
+        o = axes("output_size")
         if case.op.endswith("backward"):
             back = getattr(aten, f"_adaptive_avg_pool{dims}d_backward")
             return lambda: back(t["grad_output"], t["x"])
         return lambda: getattr(F, f"adaptive_avg_pool{dims}d")(t["x"], o)
-    k, s, pad = [p["kernel_size"]] * dims, [p["stride"]] * dims, [p["padding"]] * dims
-    if case.op == "max_unpool2d":
-        size = list(case.shape[-2:])
-        return lambda: F.max_unpool2d(t["pooled"], t["indices"], k, s, pad, size)
+    k, s, pad = axes("kernel_size"), axes("stride"), axes("padding")
+    if case.op.startswith("max_unpool"):
+        if case.op.endswith("_backward"):  # autograd's: the gradient at each index
+            return lambda: t["x"].flatten(2).gather(2, t["indices"].flatten(2))
+        unpool, size = getattr(F, f"max_unpool{dims}d"), list(case.shape[2:])
+        return lambda: unpool(t["pooled"], t["indices"], k, s, pad, size)
     return {
         "max_pool1d": lambda: F.max_pool1d(t["x"], k, s, pad),
         "avg_pool1d": lambda: F.avg_pool1d(t["x"], k, s, pad),
@@ -359,9 +403,10 @@ def time_torch(case: Case, where: str, loops: int, min_time: float = MIN_TIME) -
         t["indices"] = forward(x, p["kernel_size"], p["stride"], p["padding"], return_indices=True)[
             1
         ]
-    if case.op == "max_unpool2d":
+    if case.op.startswith("max_unpool"):
         p = case.params
-        t["pooled"], t["indices"] = torch.nn.functional.max_pool2d(
+        pool = getattr(torch.nn.functional, f"max_pool{len(case.shape) - 2}d")
+        t["pooled"], t["indices"] = pool(
             x, p["kernel_size"], p["stride"], p["padding"], return_indices=True
         )
     if case.op.startswith("adaptive_max") and case.op.endswith("_backward"):

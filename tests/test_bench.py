@@ -63,13 +63,20 @@ def _check_report(report: dict, device, ops: list[str], shape: list[int]) -> Non
     _positive(stream, STREAM_KEYS - {"op", "shape", "params"})
 
 
+def test_the_bench_times_every_op():
+    """Issue 16: `clpool bench` covers every op clpool exports."""
+    public = {name for name in clpool.__all__ if name[0].islower()}
+    assert set(bench.OPS) == public - {"default_queue", "devices", "empty_cache"}
+    assert len(bench.OPS) == len(set(bench.OPS)) == 32
+
+
 def test_bench_json_on_a_tiny_shape(device):
     result = invoke("--shape", "1,1,8,8", "--json", *FAST)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)  # progress goes to stderr, the JSON alone to stdout
     assert report["loops"] == 1 and report["min_time_s"] == 0.005
     ops = [c.op for c in bench.default_cases(False, bench.OPS, (1, 1, 8, 8))]
-    assert set(ops) == set(bench.OPS) - set(bench.OPS_3D) - set(bench.WINDOWED_1D)
+    assert set(ops) == set(bench.OPS) - set(bench.OPS_3D) - set(bench.OPS_1D)
     _check_report(report, device, ops, [1, 1, 8, 8])
     assert "bench" in result.stderr
 
@@ -90,7 +97,7 @@ def test_the_default_sweep_has_the_3d_cases_with_the_batch_scaled_on_a_cpu():
         assert [c.op for c in cases] == list(bench.OPS_3D)
         assert {c.shape for c in cases} == {(n, 64, 16, 56, 56)}
         labels = ["k3 s2 p1"] * len(bench.WINDOWED_3D) + ["out 7"] * len(bench.ADAPTIVE_3D)
-        assert [c.label for c in cases] == labels
+        assert [c.label for c in cases] == [*labels, "k2 s2 p0", "k2 s2 p0"]  # unpooling
 
 
 def test_bench_json_on_a_tiny_sequence(device):
@@ -98,15 +105,18 @@ def test_bench_json_on_a_tiny_sequence(device):
     result = invoke("--shape", "1,2,9", "--json", *FAST)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert [row["op"] for row in report["rows"]] == list(bench.WINDOWED_1D)
-    _check_report(report, device, list(bench.WINDOWED_1D), [1, 2, 9])
+    assert [row["op"] for row in report["rows"]] == list(bench.OPS_1D)
+    _check_report(report, device, list(bench.OPS_1D), [1, 2, 9])
 
 
 def test_the_default_sweep_has_issue_16s_1d_case_with_the_batch_scaled_on_a_cpu():
     for cpu, n in ((False, 64), (True, 16)):
-        cases = [c for c in bench.default_cases(cpu) if c.op in bench.WINDOWED_1D]
-        assert [c.op for c in cases] == ["max_pool1d", "avg_pool1d"]
-        assert {(c.shape, c.label) for c in cases} == {((n, 256, 4096), "k3 s2 p0")}
+        cases = [c for c in bench.default_cases(cpu) if c.op in bench.OPS_1D]
+        assert [c.op for c in cases] == list(bench.OPS_1D)
+        assert {c.shape for c in cases} == {(n, 256, 4096)}
+        labels = {c.op: c.label for c in cases}
+        assert labels["max_pool1d"] == labels["avg_pool1d_backward"] == "k3 s2 p0"
+        assert labels["adaptive_max_pool1d"] == "out 7" and labels["max_unpool1d"] == "k2 s2 p0"
 
 
 def test_bench_table_labels_wall_and_kernel_columns(device):
