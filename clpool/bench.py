@@ -397,14 +397,8 @@ def time_torch(case: Case, where: str, loops: int, min_time: float = MIN_TIME) -
     grad = _tensor(_data(rng, out_shape, case.dtype)).to(where)
     x, grad = x.contiguous(memory_format=layout), grad.contiguous(memory_format=layout)
     t = dict(x=x, grad_output=grad)
-    if case.op.startswith("max_pool") and case.op.endswith("_with_indices_backward"):
-        p = case.params
-        forward = getattr(torch.nn.functional, case.op.split("_with")[0])
-        t["indices"] = forward(x, p["kernel_size"], p["stride"], p["padding"], return_indices=True)[
-            1
-        ]
-    if case.op.startswith("max_unpool"):
-        p = case.params
+    if case.op.endswith("_with_indices_backward") or case.op.startswith("max_unpool"):
+        p = case.params  # max pooling's values and indices, as _max_with_indices's
         pool = getattr(torch.nn.functional, f"max_pool{len(case.shape) - 2}d")
         t["pooled"], t["indices"] = pool(
             x, p["kernel_size"], p["stride"], p["padding"], return_indices=True
