@@ -119,7 +119,7 @@ def _plan_forward(
         p.cell_bounds(d, h, w, od, oh, ow)
         if n * c * od * oh * ow:
             pool3d._specialize(p, n * c * od * oh)  # the kernel's rows, at most
-            sizes = dict(D=d, H=h, W=w, OD=od, OH=oh, OW=ow)
+            sizes: Scalars = dict(D=d, H=h, W=w, OD=od, OH=oh, OW=ow)
             pool3d._step_strided(p, "adaptive_max_pool3d_forward_strided", {"x": 0}, slots,
                                  **sizes)  # fmt: skip
         return p.plan("x")

@@ -235,6 +235,10 @@ _SIGNATURES.update({
     "adaptive_avg_pool3d_backward_strided": (
         ("grad_out", GLOBAL), ("grad_x", GLOBAL), *_STRIDED3D_BACKWARD, *_ADAPTIVE3D_SIZES,
     ),
+    "adaptive_avg_pool3d_backward_plane": (
+        ("grad_out", GLOBAL), ("grad_x", GLOBAL), *_ADAPTIVE3D_SIZES, *_view3d("grad_out"),
+        *_ints("C"),
+    ),
     "adaptive_max_pool3d_forward_strided": (
         ("x", GLOBAL), ("out", GLOBAL), ("indices", GLOBAL), *_STRIDED3D_FORWARD,
         *_ADAPTIVE3D_SIZES,

@@ -48,6 +48,7 @@ CPU_ROWS |= {"adaptive_max_pool2d_forward_strided", "adaptive_max_pool2d_backwar
 CPU_ROWS |= {"max_pool3d_forward_strided", "max_pool3d_backward_strided"}  # (pool3d.py)
 # ... whose results may have any channel stride (the rest store 16 contiguous channels)
 CPU_ROWS_ANY_OUTPUT = {"avg_pool3d_forward_strided", "avg_pool3d_backward_strided"}
+CPU_ROWS_ANY_OUTPUT |= {"adaptive_avg_pool3d_backward_strided"}
 CPU_ROWS |= CPU_ROWS_ANY_OUTPUT
 # the SOURCES that hold them
 TILED_FAMILIES = ("max", "avg", "pool3d", "adaptive", "adaptive_max")

@@ -191,11 +191,21 @@ def _tile(p: Planner, name: str, c: int, w: int, channels: list[int]) -> tuple[i
     return x, y
 
 
+AXES = ("sn", "sc", "sd", "sh", "sw")
+
+
+def _view_strides(p: Planner, view: str, i: int) -> dict[str, int]:
+    """Input i's element strides as the arguments of a 3-D kernel's view `view`."""
+    strides = (0,) * (5 - p.arrays[i].ndim) + p.strides[i]
+    return {f"{view}_{axis}": v for axis, v in zip(AXES, strides, strict=True)}
+
+
 def _step_strided(
     p: Planner,
     name: str,
     views: dict[str, int],
     slots: dict[str, str] | None = None,
+    tile: tuple[int, int] = (1, 1),
     **scalars: Any,
 ) -> None:
     """Launch 3-D _strided kernel `name` over the elements of the call's first output,
@@ -204,7 +214,9 @@ def _step_strided(
     backward's gradient) has them contiguous, 4 channels each where all views and the
     output do and they divide C; on a CPU, for a kernel of plans.CPU_ROWS where 16 divides
     C and the views' channels are contiguous (and the output's, unless
-    plans.CPU_ROWS_ANY_OUTPUT), a row of an image each, 16 channels a lane. On a GPU, in
+    plans.CPU_ROWS_ANY_OUTPUT), a row of an image each, 16 channels a lane. A kernel that
+    takes 4 channels of a `tile` of elements of a depth (rows, pixels along W: its
+    CLPOOL_CL_ROWS and CLPOOL_CL_PIX) takes them where it takes 4 channels. On a GPU, in
     work-groups of _tile's, 4 channels each, their results stored through local memory W
     innermost, where it gives one (without it one side's accesses stay uncoalesced
     whichever it walks: avg_pool3d_backward of an NDHWC grad_output into its C-contiguous
@@ -214,30 +226,33 @@ def _step_strided(
     pad = (1,) * (5 - len(out.shape))
     n, c, d, h, w = pad + out.shape
     out_strides = (0,) * len(pad) + tuple(s // out.dtype.itemsize for s in out.strides)
-    axes = ("sn", "sc", "sd", "sh", "sw")
     channels = [out_strides[1]]
     counts = [math.prod(out.shape)]
     for view, i in views.items():
-        strides = (0,) * (5 - p.arrays[i].ndim) + p.strides[i]
-        scalars.update({f"{view}_{axis}": v for axis, v in zip(axes, strides, strict=True)})
-        channels.append(strides[1])
+        strides = _view_strides(p, view, i)
+        scalars.update(strides)
+        channels.append(strides[f"{view}_sc"])
         counts.append(math.prod(p.arrays[i].shape))
-    scalars.update({f"{out.slot}_{axis}": v for axis, v in zip(axes, out_strides, strict=True)})
+    scalars.update({f"{out.slot}_{axis}": v for axis, v in zip(AXES, out_strides, strict=True)})
     largest = max(counts)
     inner = c > 1 and 1 in (s for s, n_ in zip(channels, counts, strict=True) if n_ == largest)
-    tile = _tile(p, name, c, w, channels)
-    inner = inner or tile is not None
-    lanes = 4 if tile or (inner and set(channels) == {1} and c % 4 == 0) else 1
+    group = _tile(p, name, c, w, channels)
+    inner = inner or group is not None
+    lanes = 4 if group or (inner and set(channels) == {1} and c % 4 == 0) else 1
     geometry = (c // lanes, w, n * d * h) if inner else (w, h, n * c * d)
+    if lanes == 4 and tile != (1, 1):
+        geometry = (c // 4, -(-w // tile[1]), n * d * -(-h // tile[0]))
+        p.options += (f"-DCLPOOL_CL_ROWS={tile[0]}", f"-DCLPOOL_CL_PIX={tile[1]}")
     # a CPU's rows of an image, their channels in runs of up to 256 (clpool.h)
     if p.cpu_rows16(name, c, set(channels[1:]), channels[0]):
         inner, lanes, geometry = True, 16, (-(-c // 256), 1, n * d * h)
     if geometry[2] >= 2**32:  # rows split in 64 bits
         p.options = tuple(o for o in p.options if o != "-DCLPOOL_ROWS32")
     sizes, local = plans.ndrange(p.rt.device, *geometry)
-    if tile:
-        local = (*tile, 1)
-        sizes = (-(-geometry[0] // tile[0]) * tile[0], -(-w // tile[1]) * tile[1], sizes[2])
+    if group:
+        local = (*group, 1)
+        sizes = (-(-geometry[0] // group[0]) * group[0], -(-geometry[1] // group[1]) * group[1],
+                 sizes[2])  # fmt: skip
     p.as_is = True
     kernel = p.kernel(name, own=True)
     channels_inner = lanes if inner else 0
@@ -347,7 +362,8 @@ def _plan_max_backward(
     _keep_format(p, p.strided and shapes.channels_last_3d(x.shape, p.strides[1]))
     if n * c and p.strided:
         views = {"grad_out": 0, "indices": 2}
-        _step_strided(p, "max_pool3d_backward_strided", views, **_max_sizes(win, dhw))
+        tile = p.policy.nhwc_tile(p.rt.device, "max3d", win.s[1:] == (1, 1), backward=True)
+        _step_strided(p, "max_pool3d_backward_strided", views, tile=tile, **_max_sizes(win, dhw))
     elif n * c:
         grid = (w, h, n * c * -(-d // depths))
         p.step_by_plane("max_pool3d_backward", grid, planes=n * c, **_max_sizes(win, dhw))
@@ -453,7 +469,9 @@ def _plan_avg_backward(
     depths = _specialize(p, n * c * d, win, "avg_pool3d_backward", dhw, volumes, div, w)
     sizes = _avg_sizes(win, dhw, include, div)
     if n * c and p.strided:  # C-contiguous, as ATen's
-        _step_strided(p, "avg_pool3d_backward_strided", {"grad_out": 0}, **sizes)
+        rows = p.policy.nhwc_tile(p.rt.device, "avg3d", win.s[1:] == (1, 1), backward=True)[0]
+        views = {"grad_out": 0}
+        _step_strided(p, "avg_pool3d_backward_strided", views, tile=(rows, 1), **sizes)
     elif n * c:
         grid = (w, h, n * c * -(-d // depths))
         p.step_by_plane("avg_pool3d_backward", grid, planes=n * c, **sizes)
@@ -536,12 +554,17 @@ def _plan_adaptive_backward(
     p.strided = p.strided_input(0)  # x: its shape only (the result C-contiguous, as ATen's)
     p.output("grad_x", x.shape)
     d, h, w = dhw
-    _specialize(p, n * c * d)
-    if n * c and p.strided:  # C-contiguous, as ATen's
-        views = {"grad_out": 0}
-        _step_strided(p, "adaptive_avg_pool3d_backward_strided", views, **_shape_sizes(dhw, out))
+    name = "adaptive_avg_pool3d_backward"
+    _specialize(p, n * c * d, tuned_as=name, planes=n * c)
+    sizes = _shape_sizes(dhw, out)
+    if n * c and p.by_plane:  # grad_output read as it is
+        p.as_is = True
+        sizes.update(_view_strides(p, "grad_out", 0))
+        p.step(f"{name}_plane", (n * c,), local=(1,), C=c, **sizes)
+    elif n * c and p.strided:  # C-contiguous, as ATen's
+        _step_strided(p, f"{name}_strided", {"grad_out": 0}, **sizes)
     elif n * c:
-        p.step("adaptive_avg_pool3d_backward", (w, h, n * c * d), **_shape_sizes(dhw, out))
+        p.step(name, (w, h, n * c * d), **sizes)
     return p.plan("grad_out", None)
 
 

@@ -423,6 +423,14 @@ inline tap_range taps_inside(int start, int n, int s, int k, int d, int size)
 typedef struct {
     int first, end, count;
 } window_range;
+/* The one window of an axis of one position (a 2-D plane's depth, for the 3-D helpers). */
+inline window_range one_window(void)
+{
+    window_range r;
+    r.first = 0;
+    r.end = r.count = 1;
+    return r;
+}
 
 inline window_range windows_reaching(int i0, int n, int size, int s, int p, int span, int out)
 {
@@ -878,6 +886,66 @@ inline int nhwc_item(item_t *it, int C, int H, int W)
     it->w = get_global_id(1) * CLPOOL_CL_PIX;
     it->h = band * CLPOOL_CL_ROWS;
     return it->c < C && it->h < H && it->w < W;
+}
+
+#if CLPOOL_INDEX == 32
+typedef int4 index4_t;
+#define CONVERT_INDEX4(v) convert_int4(v)
+#else
+typedef long4 index4_t;
+#define CONVERT_INDEX4(v) convert_long4(v)
+#endif
+/* Four indices of a channels-last view at p[i], as max_window4's STORE4CL and LOAD4CL. */
+#define LOAD_INDEX4(p, i, aligned)                                                  \
+    ((aligned) ? *(__global const index4_t *)((p) + (i)) : vload4(0, (p) + (i)))
+
+/* The strided backward's gather for 4 channels contiguous in grad_out, indices and grad_x
+ * (channels-last) of a tile of CLPOOL_CL_ROWS x CLPOOL_CL_PIX elements from (h0, w0) of
+ * depth d (a 2-D plane: d 0 of one window wd), of which the first `rows` x `pixels` are
+ * stored from `at`, `step_h` and `step_w` apart: the windows reaching the tile in output
+ * order, each loaded once, their gradient added to each element of the tile the window
+ * covers and its index (flat in the plane or volume) names; with the window sizes as
+ * constants a loop of a constant count (windows_to_visit), so that the loads issue
+ * together. */
+inline void max_gather4(__global const elem_t *gp, __global const index_t *ip,
+                        __global elem_t *grad_x, long at, long step_h, long step_w, int rows,
+                        int pixels, int d, int h0, int w0, window_range wd, window_range wr,
+                        window_range wc, int H, int W, int sh, int sw, int ph, int pw,
+                        int span_h, int span_w, long g_sd, long g_sh, long g_sw, long i_sd,
+                        long i_sh, long i_sw, int aligned, int aligned_i)
+{
+    acc4_t g[CLPOOL_CL_ROWS][CLPOOL_CL_PIX];
+    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+        UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k)
+            g[r][k] = 0;
+    UNROLL for (int z = 0; z < windows_to_visit(wd); ++z) {
+        int od = wd.first + z;
+        UNROLL for (int a = 0; a < windows_to_visit(wr); ++a) {
+            int oh = wr.first + a, top = oh * sh - ph;
+            UNROLL for (int b = 0; b < windows_to_visit(wc); ++b) {
+                int ow = wc.first + b, left = ow * sw - pw;
+                if (od >= wd.end || oh >= wr.end || ow >= wc.end)
+                    continue;
+                acc4_t v = LOAD4CL(gp, od * g_sd + (long)oh * g_sh + (long)ow * g_sw, aligned);
+                index4_t i = LOAD_INDEX4(ip, od * i_sd + (long)oh * i_sh + (long)ow * i_sw,
+                                         aligned_i);
+                UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+                    UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k) {
+                        pos_t self = ((pos_t)d * H + h0 + r) * W + w0 + k;
+                        int inside = INSIDE(h0 + r - top, span_h) && INSIDE(w0 + k - left,
+                                                                             span_w);
+                        g[r][k].x += inside && i.x == self ? v.x : (acc_t)0;
+                        g[r][k].y += inside && i.y == self ? v.y : (acc_t)0;
+                        g[r][k].z += inside && i.z == self ? v.z : (acc_t)0;
+                        g[r][k].w += inside && i.w == self ? v.w : (acc_t)0;
+                    }
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+        UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k)
+            if (r < rows && k < pixels)
+                STORE4CL(grad_x, at + r * step_h + k * step_w, g[r][k], aligned);
 }
 
 /* Adaptive cells (average and max, 1-D to 3-D): cell i of n over an axis of `size` spans

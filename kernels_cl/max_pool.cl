@@ -205,22 +205,12 @@ typedef long4 mask4_t; /* what isgreater() of two acc4_t gives */
 typedef int4 mask4_t;
 #endif
 
-#if CLPOOL_INDEX == 32
-typedef int4 index4_t;
-#define CONVERT_INDEX4(v) convert_int4(v)
-#else
-typedef long4 index4_t;
-#define CONVERT_INDEX4(v) convert_long4(v)
-#endif
 #define STORE_INDEX4U(p, i, v) vstore4(CONVERT_INDEX4(v), 0, (p) + (i))
 #ifdef CLPOOL_LARGE_PLANE
 typedef long4 pos4_t;
 #else
 typedef int4 pos4_t;
 #endif
-/* Four indices of a channels-last view at p[i], as max_window4's STORE4CL and LOAD4CL. */
-#define LOAD_INDEX4(p, i, aligned)                                                  \
-    ((aligned) ? *(__global const index4_t *)((p) + (i)) : vload4(0, (p) + (i)))
 
 /* Fold tap v of 4 channels at `at` into (best, best_i) as FOLD_MAX does, lane by lane: a
  * lane's first tap (best_i < 0) sets its index, a -inf there no greater than the -inf
@@ -369,48 +359,6 @@ __kernel void max_pool2d_forward_strided(__global const elem_t *restrict x,
     STORE_MAX(out, indices, at, best, best_i);
 }
 
-/* The strided backward's gather for 4 channels contiguous in grad_out, indices and grad_x
- * (channels-last) of a tile of CLPOOL_CL_ROWS x CLPOOL_CL_PIX elements from (h0, w0), of
- * which the first `rows` x `pixels` are stored from `at`, `step_h` and `step_w` apart: the
- * windows reaching the tile in output order, each loaded once, their gradient added to
- * each element of the tile the window covers and its index names; with the window sizes as
- * constants a loop of a constant count (windows_to_visit), so that the loads issue
- * together. */
-inline void max_gather4(__global const elem_t *gp, __global const index_t *ip,
-                        __global elem_t *grad_x, long at, long step_h, long step_w, int rows,
-                        int pixels, int h0, int w0, window_range wr, window_range wc, int W,
-                        int sh, int sw, int ph, int pw, int span_h, int span_w, long g_sh,
-                        long g_sw, long i_sh, long i_sw, int aligned, int aligned_i)
-{
-    acc4_t g[CLPOOL_CL_ROWS][CLPOOL_CL_PIX];
-    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
-        UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k)
-            g[r][k] = 0;
-    UNROLL for (int a = 0; a < windows_to_visit(wr); ++a) {
-        int oh = wr.first + a, top = oh * sh - ph;
-        UNROLL for (int b = 0; b < windows_to_visit(wc); ++b) {
-            int ow = wc.first + b, left = ow * sw - pw;
-            if (oh >= wr.end || ow >= wc.end)
-                continue;
-            acc4_t v = LOAD4CL(gp, (long)oh * g_sh + (long)ow * g_sw, aligned);
-            index4_t i = LOAD_INDEX4(ip, (long)oh * i_sh + (long)ow * i_sw, aligned_i);
-            UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
-                UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k) {
-                    pos_t self = (pos_t)(h0 + r) * W + w0 + k;
-                    int inside = INSIDE(h0 + r - top, span_h) && INSIDE(w0 + k - left, span_w);
-                    g[r][k].x += inside && i.x == self ? v.x : (acc_t)0;
-                    g[r][k].y += inside && i.y == self ? v.y : (acc_t)0;
-                    g[r][k].z += inside && i.z == self ? v.z : (acc_t)0;
-                    g[r][k].w += inside && i.w == self ? v.w : (acc_t)0;
-                }
-        }
-    }
-    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
-        UNROLL for (int k = 0; k < CLPOOL_CL_PIX; ++k)
-            if (r < rows && k < pixels)
-                STORE4CL(grad_x, at + r * step_h + k * step_w, g[r][k], aligned);
-}
-
 /* max_pool2d_backward for grad_out and indices of any strides, grad_x written through its
  * own: one input element per work-item (4 channels of a tile of them with channels_inner
  * == 4, see max_gather4) gathers, in output order, the gradients of the windows whose index
@@ -442,11 +390,11 @@ __kernel void max_pool2d_backward_strided(__global const elem_t *restrict grad_o
         int rows = min(CLPOOL_CL_ROWS, H - e.h), pixels = min(CLPOOL_CL_PIX, W - e.w);
         max_gather4(grad_out + AT(grad_out, e.n, e.c, 0, 0),
                     indices + AT(indices, e.n, e.c, 0, 0), grad_x,
-                    AT_OUT(grad_x, e.n, e.c, e.h, e.w), grad_x_sh, grad_x_sw, rows, pixels,
-                    e.h, e.w, windows_reaching(e.h, rows, H, sh, ph, span_h, OH),
-                    windows_reaching(e.w, pixels, W, sw, pw, span_w, OW), W, sh, sw, ph, pw,
-                    span_h, span_w, grad_out_sh, grad_out_sw, indices_sh, indices_sw,
-                    ALIGNED4(grad_out, grad_x),
+                    AT_OUT(grad_x, e.n, e.c, e.h, e.w), grad_x_sh, grad_x_sw, rows, pixels, 0,
+                    e.h, e.w, one_window(), windows_reaching(e.h, rows, H, sh, ph, span_h, OH),
+                    windows_reaching(e.w, pixels, W, sw, pw, span_w, OW), H, W, sh, sw, ph,
+                    pw, span_h, span_w, 0, grad_out_sh, grad_out_sw, 0, indices_sh,
+                    indices_sw, ALIGNED4(grad_out, grad_x),
                     ((indices_offset | indices_sn | indices_sh | indices_sw) & 3) == 0);
         return;
     }

@@ -550,6 +550,11 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
     ((n) * v##_sn + (long)(c) * v##_sc + (long)(d) * v##_sd + (long)(h) * v##_sh    \
      + (long)(w) * v##_sw)
 #define AT3D(v, n, c, d, h, w) (v##_offset + AT3D_OUT(v, n, c, d, h, w))
+/* Whether input view v and result view r are aligned to 4 elements (as clpool.h's
+ * ALIGNED4): their 4 channels then load and store as aligned vectors. */
+#define ALIGNED4_3D(v, r)                                                           \
+    ((((v##_offset) | (v##_sn) | (v##_sd) | (v##_sh) | (v##_sw) | (r##_sn) | (r##_sd) \
+       | (r##_sh) | (r##_sw)) & 3) == 0)
 /* The offset of (d, h, w) inside a view's (n, c) volume. */
 #define IN_VOLUME(v, d, h, w)                                                       \
     ((long)(d) * v##_sd + (long)(h) * v##_sh + (long)(w) * v##_sw)
@@ -560,20 +565,21 @@ typedef struct {
 } voxel_t;
 
 /* The voxel (n, c, d, h, w) of an (N, C, D, H, W) result that the work-item of global id
- * (x, y, z) computes (the first of its channels); false past the result. The kernels pass
- * the ids: PoCL 3.0 left get_global_id() in this function unresolved ("undefined symbol
+ * (x, y, z) computes (the first of its channels; with channels_inner, the first of a tile
+ * of `rows` along H by `pixels` along W); false past the result. The kernels pass the
+ * ids: PoCL 3.0 left get_global_id() in this function unresolved ("undefined symbol
  * _group_id_x" at the first launch). */
 inline int strided_voxel(voxel_t *v, int x, int y, long z, int C, int D, int H, int W,
-                         int channels_inner)
+                         int channels_inner, int rows, int pixels)
 {
     if (channels_inner) {
-        SPLIT_ROW(z, H, nd, h);
+        SPLIT_ROW(z, (H - 1) / rows + 1, nd, band);
         SPLIT_ROW(nd, D, n, d);
         v->n = n;
         v->c = x * channels_inner;
         v->d = d;
-        v->h = h;
-        v->w = y;
+        v->h = band * rows;
+        v->w = y * pixels;
     } else {
         SPLIT_ROW(z, D, nc, d);
         SPLIT_ROW(nc, C, n, c);
@@ -585,12 +591,14 @@ inline int strided_voxel(voxel_t *v, int x, int y, long z, int C, int D, int H, 
     }
     return v->c < C && v->h < H && v->w < W;
 }
-/* Declares voxel v of this work-item and returns from the kernel past the result. */
-#define STRIDED_VOXEL(v, C, D, H, W)                                                \
+/* Declares voxel v of this work-item (the first of a tile of `rows` x `pixels`) and
+ * returns from the kernel past the result. */
+#define STRIDED_TILE(v, C, D, H, W, rows, pixels)                                   \
     voxel_t v;                                                                      \
     if (!strided_voxel(&v, get_global_id(0), get_global_id(1), get_global_id(2), C, D, H, \
-                       W, channels_inner))                                          \
+                       W, channels_inner, rows, pixels))                            \
         return
+#define STRIDED_VOXEL(v, C, D, H, W) STRIDED_TILE(v, C, D, H, W, 1, 1)
 
 /* The channels per work-item of channels_inner (0 counts as 1). */
 inline int lanes_of(int channels_inner) { return channels_inner == 4 ? 4 : 1; }
@@ -600,20 +608,22 @@ inline int lanes_of(int channels_inner) { return channels_inner == 4 ? 4 : 1; }
  * and whose result has not (avg_pool3d's NDHWC input, its C-contiguous result): the
  * work-group's 4x channels by y elements along W go through local memory, stored W
  * innermost, so that both the loads and the stores are coalesced. TILE3D_DECLARE declares
- * the tile, at the kernel's outermost scope; TILED_VOXEL declares voxel v, v_inside and the
- * lanes (4), without returning past the result (every work-item reaches the barrier).
- * Without a tile they are nothing and STRIDED_VOXEL with v_inside 1. */
+ * the tile, at the kernel's outermost scope; TILED_VOXEL declares voxel v (the first of
+ * `rows` along H), v_inside and the lanes (4), without returning past the result (every
+ * work-item reaches the barriers: the rows of a work-group are the same). Without a tile
+ * they are nothing and STRIDED_TILE with v_inside 1. */
 #ifdef CLPOOL_TILE3D_X
 #define TILE3D_DECLARE() __local acc_t tile[4 * CLPOOL_TILE3D_X * (CLPOOL_TILE3D_Y + 1)]
-#define TILED_VOXEL(v, C, D, H, W)                                                  \
+#define TILED_VOXEL(v, C, D, H, W, rows)                                            \
     voxel_t v;                                                                      \
     int v##_inside = strided_voxel(&v, get_global_id(0), get_global_id(1),         \
-                                   get_global_id(2), C, D, H, W, channels_inner);   \
+                                   get_global_id(2), C, D, H, W, channels_inner, rows, 1); \
     const int lanes = 4
 
 /* Stores the 4 channels `v` of each work-item (local ids lx, ly) of the work-group whose
  * first element is `at0` of p (channels `sc` apart, elements along W `sw` apart), the first
- * `nc` channels and `nw` elements of it inside the result, through `tile`. */
+ * `nc` channels and `nw` elements of it inside the result, through `tile` (free again on
+ * return, for the next row). */
 inline void store_tile3d(__global elem_t *p, __local acc_t *tile, acc4_t v, int lx, int ly,
                          long at0, long sc, long sw, int nc, int nw)
 {
@@ -630,22 +640,23 @@ inline void store_tile3d(__global elem_t *p, __local acc_t *tile, acc4_t v, int 
         if (c < nc && w < nw)
             STORE(p, at0 + c * sc + w * sw, tile[c * Y + w]);
     }
+    barrier(CLK_LOCAL_MEM_FENCE);
 }
-/* Stores the lanes r of voxel v of result view `out`, of C channels and W elements along
- * W: through the tile. */
-#define STORE_VOXEL(out, v, r, lanes, C, W)                                         \
+/* Stores the lanes r of voxel v, at row h, of result view `out`, of C channels and W
+ * elements along W: through the tile. */
+#define STORE_VOXEL(out, v, h, r, lanes, C, W)                                      \
     store_tile3d(out, tile, r, get_local_id(0), get_local_id(1),                    \
-                 AT3D_OUT(out, v.n, v.c - 4 * (int)get_local_id(0), v.d, v.h,        \
+                 AT3D_OUT(out, v.n, v.c - 4 * (int)get_local_id(0), v.d, h,          \
                           v.w - (int)get_local_id(1)),                              \
                  out##_sc, out##_sw, C - v.c + 4 * (int)get_local_id(0),            \
                  (W) - v.w + (int)get_local_id(1))
 #else
 #define TILE3D_DECLARE() (void)0
-#define TILED_VOXEL(v, C, D, H, W)                                                  \
-    STRIDED_VOXEL(v, C, D, H, W);                                                   \
+#define TILED_VOXEL(v, C, D, H, W, rows)                                            \
+    STRIDED_TILE(v, C, D, H, W, rows, 1);                                           \
     const int v##_inside = 1, lanes = lanes_of(channels_inner)
-#define STORE_VOXEL(out, v, r, lanes, C, W)                                         \
-    store_lanes(out, AT3D_OUT(out, v.n, v.c, v.d, v.h, v.w), r, lanes, 0)
+#define STORE_VOXEL(out, v, h, r, lanes, C, W)                                      \
+    store_lanes(out, AT3D_OUT(out, v.n, v.c, v.d, h, v.w), r, lanes, 0)
 #endif
 
 /* Fold tap v at `at` into (best, best_i) in one lane: NaN wins (the last NaN keeps its
@@ -798,7 +809,9 @@ __kernel void max_pool3d_forward_strided(__global const elem_t *restrict x,
 /* max_pool3d_backward for grad_out and indices of any strides, grad_x through its own: an
  * input element gathers, in ascending output order, grad_out over the windows that can
  * contain it and whose index names it (an index naming no element of the volume matches
- * nothing); a CPU a row of them, 16 channels a lane, with channels_inner == 16. */
+ * nothing); a CPU a row of them, 16 channels a lane, with channels_inner == 16; with
+ * channels_inner == 4, 4 channels of a tile of elements of a depth (clpool.h's
+ * max_gather4, as max_pool2d_backward_strided's). */
 __kernel void max_pool3d_backward_strided(__global const elem_t *restrict grad_out,
                                           __global const index_t *restrict indices,
                                           __global elem_t *restrict grad_x,
@@ -822,28 +835,35 @@ __kernel void max_pool3d_backward_strided(__global const elem_t *restrict grad_o
         return;
     }
 #endif
+    int span_d = (kd - 1) * dd + 1, span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
+    if (channels_inner == 4) { /* a tile of CLPOOL_CL_ROWS x CLPOOL_CL_PIX of a depth */
+        STRIDED_TILE(e, C, D, H, W, CLPOOL_CL_ROWS, CLPOOL_CL_PIX);
+        int rows = min(CLPOOL_CL_ROWS, H - e.h), pixels = min(CLPOOL_CL_PIX, W - e.w);
+        max_gather4(grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0),
+                    indices + AT3D(indices, e.n, e.c, 0, 0, 0), grad_x,
+                    AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), grad_x_sh, grad_x_sw, rows,
+                    pixels, e.d, e.h, e.w, windows_reaching(e.d, 1, D, sd, pd, span_d, OD),
+                    windows_reaching(e.h, rows, H, sh, ph, span_h, OH),
+                    windows_reaching(e.w, pixels, W, sw, pw, span_w, OW), H, W, sh, sw, ph, pw,
+                    span_h, span_w, grad_out_sd, grad_out_sh, grad_out_sw, indices_sd,
+                    indices_sh, indices_sw, ALIGNED4_3D(grad_out, grad_x),
+                    ALIGNED4_3D(indices, indices));
+        return;
+    }
     STRIDED_VOXEL(e, C, D, H, W);
-    int lanes = lanes_of(channels_inner);
     __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
     __global const index_t *ip = indices + AT3D(indices, e.n, e.c, 0, 0, 0);
     pos_t self = ((pos_t)e.d * H + e.h) * W + e.w;
-    window_range rd = windows_reaching(e.d, 1, D, sd, pd, (kd - 1) * dd + 1, OD),
-                 rh = windows_reaching(e.h, 1, H, sh, ph, (kh - 1) * dh + 1, OH),
-                 rw = windows_reaching(e.w, 1, W, sw, pw, (kw - 1) * dw + 1, OW);
-    acc4_t g = 0;
+    window_range rd = windows_reaching(e.d, 1, D, sd, pd, span_d, OD),
+                 rh = windows_reaching(e.h, 1, H, sh, ph, span_h, OH),
+                 rw = windows_reaching(e.w, 1, W, sw, pw, span_w, OW);
+    acc_t g = 0;
     for (int od = rd.first; od < rd.end; ++od)
         for (int oh = rh.first; oh < rh.end; ++oh)
-            for (int ow = rw.first; ow < rw.end; ++ow) {
-                acc4_t v = load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0);
-                __global const index_t *at = ip + IN_VOLUME(indices, od, oh, ow);
-                g.x += at[0] == self ? v.x : (acc_t)0;
-                if (lanes == 4) {
-                    g.y += at[1] == self ? v.y : (acc_t)0;
-                    g.z += at[2] == self ? v.z : (acc_t)0;
-                    g.w += at[3] == self ? v.w : (acc_t)0;
-                }
-            }
-    store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes, 0);
+            for (int ow = rw.first; ow < rw.end; ++ow)
+                g += ip[IN_VOLUME(indices, od, oh, ow)] == self
+                         ? LOAD(gp, IN_VOLUME(grad_out, od, oh, ow)) : (acc_t)0;
+    STORE(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g);
 }
 
 #ifndef CLPOOL_NO_LANES16
@@ -915,7 +935,7 @@ __kernel void avg_pool3d_forward_strided(__global const elem_t *restrict x,
         return;
     }
 #endif
-    TILED_VOXEL(o, C, OD, OH, OW);
+    TILED_VOXEL(o, C, OD, OH, OW, 1);
     acc4_t avg = 0;
     if (o_inside) {
         __global const elem_t *xp = x + AT3D(x, o.n, o.c, 0, 0, 0);
@@ -929,7 +949,7 @@ __kernel void avg_pool3d_forward_strided(__global const elem_t *restrict x,
         long div = avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS);
         avg = div ? plus_zero4(sum / (acc_t)div) : (acc4_t)0;
     }
-    STORE_VOXEL(out, o, avg, lanes, C, OW);
+    STORE_VOXEL(out, o, o.h, avg, lanes, C, OW);
 }
 
 /* avg_pool3d_backward for grad_out of any strides, grad_x through its own (a GPU's tile:
@@ -972,23 +992,31 @@ __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_o
         return;
     }
 #endif
-    TILED_VOXEL(e, C, D, H, W);
-    acc4_t g = 0;
+    TILED_VOXEL(e, C, D, H, W, CLPOOL_CL_ROWS);
+    int rows = min(CLPOOL_CL_ROWS, H - e.h); /* the same in a work-group */
+    acc4_t g[CLPOOL_CL_ROWS];
+    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+        g[r] = 0;
     if (e_inside) {
         __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
         window_range rd = windows_reaching(e.d, 1, D, sd, pd, kd, OD),
-                     rh = windows_reaching(e.h, 1, H, sh, ph, kh, OH),
+                     rh = windows_reaching(e.h, rows, H, sh, ph, kh, OH),
                      rw = windows_reaching(e.w, 1, W, sw, pw, kw, OW);
         for (int od = rd.first; od < rd.end; ++od)
             for (int oh = rh.first; oh < rh.end; ++oh)
                 for (int ow = rw.first; ow < rw.end; ++ow) {
-                    long div = avg_divisor3d(od * sd - pd, oh * sh - ph, ow * sw - pw,
-                                             AVG_POOL3D_ARGS);
-                    g += plus_zero4(load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0)
-                                    / (acc_t)div);
+                    int top = oh * sh - ph;
+                    long div = avg_divisor3d(od * sd - pd, top, ow * sw - pw, AVG_POOL3D_ARGS);
+                    acc4_t v = plus_zero4(load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes,
+                                                     0) / (acc_t)div);
+                    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+                        if (INSIDE(e.h + r - top, kh))
+                            g[r] += v;
                 }
     }
-    STORE_VOXEL(grad_x, e, g, lanes, C, W);
+    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
+        if (r < rows)
+            STORE_VOXEL(grad_x, e, e.h + r, g[r], lanes, C, W);
 }
 
 /* Declares xp (the (n, c) volume of x of output voxel o) and the bounds [d0, d1) x [h0, h1)
@@ -1007,7 +1035,7 @@ __kernel void adaptive_avg_pool3d_forward_strided(__global const elem_t *restric
                                                   ADAPTIVE_POOL3D_SIZES)
 {
     TILE3D_DECLARE();
-    TILED_VOXEL(o, C, OD, OH, OW);
+    TILED_VOXEL(o, C, OD, OH, OW, 1);
     acc4_t avg = 0;
     if (o_inside) {
         CELL_OF(o);
@@ -1018,18 +1046,87 @@ __kernel void adaptive_avg_pool3d_forward_strided(__global const elem_t *restric
                     sum += load_lanes(xp, IN_VOLUME(x, d, h, w), lanes, 0);
         avg = sum / (acc_t)(d1 - d0) / (acc_t)(h1 - h0) / (acc_t)(w1 - w0);
     }
-    STORE_VOXEL(out, o, avg, lanes, C, OW);
+    STORE_VOXEL(out, o, o.h, avg, lanes, C, OW);
+}
+
+/* The backward for a CPU, grad_out of any strides: one work-item per volume clears it,
+ * then adds each cell's grad_out / depth / rows / columns to its elements, in output order
+ * (PyTorch's CPU algorithm; adaptive_avg_pool3d_backward works out every element's cells:
+ * [2,64,16,56,56] from 7x7x7 took 100 ms on this project's CPU, against PyTorch's 1.4). */
+__kernel void adaptive_avg_pool3d_backward_plane(__global const elem_t *restrict grad_out,
+                                                 __global elem_t *restrict grad_x,
+                                                 ADAPTIVE_POOL3D_SIZES, VIEW3D(grad_out),
+                                                 int C)
+{
+    long volume = get_global_id(0);
+    pos_t HW = (pos_t)H * W;
+    __global const elem_t *gp = grad_out + AT3D(grad_out, volume / C, volume % C, 0, 0, 0);
+    __global elem_t *xp = grad_x + volume * D * HW;
+    int cleared = 0;
+    for (int od = 0; od < OD; ++od) {
+        int d0 = cell_start(od, D, OD), d1 = cell_end(od, D, OD);
+        cleared = clear_depths(xp, HW, cleared, d1);
+        for (int oh = 0; oh < OH; ++oh) {
+            int h0 = cell_start(oh, H, OH), h1 = cell_end(oh, H, OH);
+            for (int ow = 0; ow < OW; ++ow) {
+                int w0 = cell_start(ow, W, OW), w1 = cell_end(ow, W, OW);
+                acc_t v = plus_zero(LOAD(gp, IN_VOLUME(grad_out, od, oh, ow)) / (acc_t)(d1 - d0)
+                                    / (acc_t)(h1 - h0) / (acc_t)(w1 - w0));
+                for (int d = d0; d < d1; ++d)
+                    for (int h = h0; h < h1; ++h)
+                        add_to_row(xp, (pos_t)d * HW + (pos_t)h * W, w0, w1, v, 0, w1 - w0 >= 16);
+            }
+        }
+    }
+    clear_depths(xp, HW, cleared, D);
 }
 
 /* adaptive_avg_pool3d_backward for grad_out of any strides, grad_x through its own (a
- * GPU's tile: TILED_VOXEL). */
+ * GPU's tile: TILED_VOXEL); a CPU takes a row (n, d, h) of the gradient, 16 channels a lane,
+ * with channels_inner == 16 (where the kernel above does not run: bfloat16, few volumes). */
 __kernel void adaptive_avg_pool3d_backward_strided(__global const elem_t *restrict grad_out,
                                                    __global elem_t *restrict grad_x,
                                                    STRIDED3D_BACKWARD_SIZES,
                                                    ADAPTIVE_POOL3D_SIZES)
 {
     TILE3D_DECLARE();
-    TILED_VOXEL(e, C, D, H, W);
+#ifndef CLPOOL_NO_LANES16
+    if (channels_inner == 16) {
+        SPLIT_ROW(get_global_id(2), H, nd, h);
+        SPLIT_ROW(nd, D, n, d);
+        int od0, od1, oh0, oh1, ow0, ow1;
+        cells_at(d, D, OD, &od0, &od1);
+        cells_at(h, H, OH, &oh0, &oh1);
+        __global const elem_t *gp = grad_out + AT3D(grad_out, n, 0, 0, 0, 0);
+        int2 ch = row16_channels(C);
+        for (int c = ch.x; c < ch.y; c += 16) {
+            long at = AT3D_OUT(grad_x, n, c, d, h, 0);
+            acc_t block[16 * 16];
+            acc16_t g = 0;
+            /* the shares are worked out once for each run of columns in the same cells */
+            for (int w = 0, next = 0; w < W; ++w, at += grad_x_sw) {
+                if (w == next) {
+                    next = cells_at(w, W, OW, &ow0, &ow1);
+                    g = 0;
+                    for (int od = od0; od < od1; ++od) {
+                        acc_t depth = (acc_t)(cell_end(od, D, OD) - cell_start(od, D, OD));
+                        for (int oh = oh0; oh < oh1; ++oh) {
+                            acc_t rows = (acc_t)(cell_end(oh, H, OH) - cell_start(oh, H, OH));
+                            for (int ow = ow0; ow < ow1; ++ow) {
+                                acc_t cols = (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW));
+                                g += LOAD16(gp, IN_VOLUME(grad_out, od, oh, ow) + c) / depth
+                                     / rows / cols;
+                            }
+                        }
+                    }
+                }
+                store16_channels(grad_x, at, grad_x_sc, grad_x_sw, w, W, g, block);
+            }
+        }
+        return;
+    }
+#endif
+    TILED_VOXEL(e, C, D, H, W, 1);
     acc4_t g = 0;
     if (e_inside) {
         __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
@@ -1047,7 +1144,7 @@ __kernel void adaptive_avg_pool3d_backward_strided(__global const elem_t *restri
             }
         }
     }
-    STORE_VOXEL(grad_x, e, g, lanes, C, W);
+    STORE_VOXEL(grad_x, e, e.h, g, lanes, C, W);
 }
 
 /* adaptive_max_pool3d_forward (adaptive_max_pool.cl) for an input of any strides, out and

@@ -449,11 +449,12 @@ def _as_gpu(run: Callable[[], object]) -> Callable[[], object]:
     return wrapped
 
 
-def _as_cpu(run: Callable[[], object]) -> Callable[[], object]:
+def _as_cpu(run: Callable[[], object], per_plane: bool = True) -> Callable[[], object]:
     """`run` with the kernels clpool picks on a CPU: one plane (or volume) per work-item
-    for the windowed ops and global average pooling."""
+    for the windowed ops, global average pooling and the adaptive average backward (or
+    not, for few planes)."""
     def wrapped():
-        with policy.use(per_plane=True, gpu=False):
+        with policy.use(per_plane=per_plane, gpu=False):
             return run()
     return wrapped
 
@@ -813,10 +814,10 @@ FAMILIES += (pool3d_cases,)
 
 def pool3d_plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """The 3-D window cases of pool3d_cases (WINDOWS_3D) again, through the kernels a CPU
-    runs (the `_plane` kernels: forward and backward, max and average), and rows of 36
-    that take 16 windows at a time there."""
+    runs (the `_plane` kernels: forward and backward, max and average, and the adaptive
+    average backward), and rows of 36 that take 16 windows at a time there."""
     for name, run, want in pool3d_cases(dtype):
-        if not name.startswith(("adaptive", "strided")):
+        if not name.startswith(("adaptive_avg_pool3d/", "strided")):
             yield f"plane/{name}", _as_cpu(run), want
     x = _data((1, 2, 3, 3, 36), dtype, 1200, ties=True)
     yield ("plane/max_pool3d_with_indices/wide",
@@ -911,13 +912,24 @@ def ndhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
            lambda: ref.max_pool3d_with_indices_backward(g, x, idx, *win))
     # and average: a row of the C-contiguous output or gradient stores its whole run of 16
     # elements one channel at a time from a private block, then its partial run one by one
-    average = [("avg_pool3d", avg, avg)]
-    yield from _ndhwc_average_cases("lanes16-runs", _as_cpu, (1, 16, 2, 2, 20), average,
-                                    dtype, 1242)
+    # (adaptive: its backward, by runs of columns in the same cells; per volume as well,
+    # the NDHWC gradient read through its strides)
+    average = [("avg_pool3d", avg, avg), ("adaptive_avg_pool3d", ((2, 2, 5),), ())]
+    for label, per_plane, ops in (("lanes16-runs", False, average),
+                                  ("per-volume", True, average[1:])):
+        yield from _ndhwc_average_cases(label, lambda r, v=per_plane: _as_cpu(r, v),
+                                        (1, 16, 2, 2, 20), ops, dtype, 1242)
     # a GPU's: work-groups of up to pool3d.TILE store through local memory, the channels and
-    # W of the last ones part filled
-    average.append(("adaptive_avg_pool3d", ((2, 2, 5),), ()))
+    # W of the last ones part filled (the backward rows of them, the last part filled)
     yield from _ndhwc_average_cases("tile", _as_gpu, (2, 8, 2, 3, 9), average, dtype, 1244)
+    # and the max backward's tiles of rows x pixels, over the edges of H and W
+    x = stored_channels_last(_data((2, 8, 2, 3, 9), dtype, 1245, ties=True))
+    out, idx = ref.max_pool3d_with_indices(x, *win)
+    g = stored_channels_last(_data(out.shape, dtype, 1246))
+    yield ("ndhwc/max_pool3d_with_indices_backward/tile",
+           _as_gpu(lambda: clpool.max_pool3d_with_indices_backward(
+               g, x, *win, indices=stored_channels_last(idx))),
+           lambda: ref.max_pool3d_with_indices_backward(g, x, idx, *win))
     queue = discovery.runtime(discovery.select()).queue
     host = _data((1, 2, 2, 3, 8), dtype, 1240)
     view = cla.to_device(queue, host)[..., ::2]

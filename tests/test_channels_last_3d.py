@@ -12,11 +12,21 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
-from pool_cases import assert_close, check_result, data, default_queue, results, same_bits  # noqa: E402
+from pool_cases import (  # noqa: E402
+    assert_close,
+    check_result,
+    data,
+    default_queue,
+    results,
+    same_bits,
+    scrambled,
+    wrapped,
+)
 
 import clpool  # noqa: E402
 import clpool.torch as ct  # noqa: E402
 from clpool import policy  # noqa: E402
+from clpool import reference as ref  # noqa: E402
 from clpool.shapes import stored_channels_last  # noqa: E402
 
 CL3 = torch.channels_last_3d
@@ -214,28 +224,32 @@ def test_strided_backward_inputs_match_torch():
     _check(got, want, exact=False)
 
 
+@pytest.mark.parametrize("per_plane", [False, True])
 @pytest.mark.parametrize("kind", ["array", "numpy"])
-def test_a_channels_last_3d_input_launches_only_the_op_kernels(kind, launched, enqueued):
+def test_a_channels_last_3d_input_launches_only_the_op_kernels(kind, per_plane, launched,
+                                                               enqueued):
     """No copy kernel: each op enqueues exactly its _strided kernel, forward and backward
-    (but adaptive max pooling's backward), for a channels_last_3d device Array or numpy
+    (but adaptive max pooling's backward; adaptive average pooling's per volume reads
+    grad_output through its strides too), for a channels_last_3d device Array or numpy
     array (uploaded as its own bytes)."""
     t = _tensor(12, special=False)
     x = _as(kind, t)
-    for case in ("max-ceil", "max-values", "avg-exclude-pad", "adaptive", "max-adaptive"):
-        FORWARD[case][0](x)
-    rng = np.random.default_rng(1)
-    for name, ours, _, shape, idx in _backward_cases(t):
-        if name == "max-adaptive":  # gradient and indices output-sized: copied (adaptive_max)
-            continue
-        g = torch.from_numpy(data(rng, tuple(shape))).contiguous(memory_format=CL3)
-        ours(_as(kind, g), x, None if idx is None else _as(kind, idx))
+    with policy.use(per_plane=per_plane):
+        for case in ("max-ceil", "max-values", "avg-exclude-pad", "adaptive", "max-adaptive"):
+            FORWARD[case][0](x)
+        rng = np.random.default_rng(1)
+        for name, ours, _, shape, idx in _backward_cases(t):
+            if name == "max-adaptive":  # grad and indices output-sized: copied (adaptive_max)
+                continue
+            g = torch.from_numpy(data(rng, tuple(shape))).contiguous(memory_format=CL3)
+            ours(_as(kind, g), x, None if idx is None else _as(kind, idx))
     want = ["max_pool3d_forward_strided"] * 2 + [
         "avg_pool3d_forward_strided",
         "adaptive_avg_pool3d_forward_strided",
         "adaptive_max_pool3d_forward_strided",
         "max_pool3d_backward_strided",
         "avg_pool3d_backward_strided",
-        "adaptive_avg_pool3d_backward_strided",
+        f"adaptive_avg_pool3d_backward_{'plane' if per_plane else 'strided'}",
     ]
     assert [name for name, _ in launched] == want
     assert enqueued == want
@@ -277,6 +291,82 @@ def test_a_cpu_takes_rows_of_16_channels_for_max_pooling(channels, launch_sizes)
         assert sizes == [(-(-channels // 256), 1, r) for r in rows]
     else:
         assert [s[0] for s in sizes[:2]] == [channels // 4] * 2
+
+
+# (channels, output size): cells overlapping, unequal, of 2 and of 3 (whose shares show the
+# order of the divisions); growing; one
+ADAPTIVE_BACKWARD = [(3, (3, 5, 4)), (16, (2, 2, 3)), (48, (7, 4, 11)), (16, (1, 1, 1))]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["contiguous", "channels-last", "offset-view"])
+@pytest.mark.parametrize("channels, size", ADAPTIVE_BACKWARD)
+def test_a_cpus_adaptive_average_backward_gives_atens_bits(channels, size, layout, dtype,
+                                                            launched, launch_sizes):
+    """adaptive_avg_pool3d_backward on a CPU, per volume (grad_output read through its
+    strides, each cell's share added to its elements) and not (an element of the gradient
+    per work-item; of a channels-last gradient where 16 divides C, a row of an image, 16
+    channels a lane): ATen's sums bit for bit, each element's shares in output order."""
+    rng = np.random.default_rng(channels)
+    x = data(rng, (2, channels, 5, 6, 7), dtype, False)
+    base = data(rng, (3, channels + 1, *size), dtype, False)
+    g = torch.from_numpy(base)[1:, 1:]
+    g = g.contiguous() if layout == "contiguous" else g.contiguous(memory_format=CL3)
+    arg = g.numpy()
+    if layout == "offset-view":  # a device Array's view: read as it is
+        arg = cla.to_device(default_queue(), base)[1:, 1:]
+        g = torch.from_numpy(base)[1:, 1:]
+    want = aten._adaptive_avg_pool3d_backward(g, torch.from_numpy(x)).numpy()
+    for per_plane in (True, False):
+        with policy.use(gpu=False, per_plane=per_plane):
+            got = clpool.adaptive_avg_pool3d_backward(arg, x)
+        assert same_bits(got if isinstance(got, np.ndarray) else got.get(), want)
+        dense = layout != "offset-view" and g.is_contiguous()  # 1 x 1 x 1 cells: both
+        way = "_plane" if per_plane else "" if dense else "_strided"
+        assert launched[-1][0] == f"adaptive_avg_pool3d_backward{way}"
+    rows16 = not dense and g.stride(1) == 1 and channels % 16 == 0
+    assert (launch_sizes[-1] == (-(-channels // 256), 1, 2 * 5 * 6)) == rows16
+
+
+@pytest.mark.parametrize("index", ["aten", "scrambled", "wrapped"])
+@pytest.mark.parametrize("tile", [(1, 1), (2, 2), (3, 2), (1, 4)])
+@pytest.mark.parametrize("channels", [8, 12])
+def test_a_gpus_ndhwc_backward_tiles_give_the_references_results(channels, tile, index,
+                                                                  launch_sizes):
+    """On a GPU, max_pool3d_with_indices_backward of NDHWC arrays takes 4 channels of a
+    tile of rows x pixels of a depth per work-item (each window reaching it loaded once),
+    and avg_pool3d_backward 4 channels of rows of them (stored through the local tile):
+    the reference's results (max: ATen's bits; indices outside their windows, next to
+    them and outside the volume match nothing, as in the NCDHW kernels), the tiles over
+    the edges of H and W; the launch covers the rows by tiles."""
+    rng = np.random.default_rng(channels)
+    shape = (2, channels, 5, 7, 9)
+    n, c, d, h, w = shape
+    x = stored_channels_last(data(rng, shape, np.float64))
+    window = (3, 2, 1, (1, 2, 1), True)
+    out, idx = clpool.max_pool3d_with_indices(x, *window)
+    if index == "scrambled":
+        idx = stored_channels_last(scrambled(idx, d * h * w, rng))
+    elif index == "wrapped":
+        idx = stored_channels_last(wrapped(idx, (d, h, w), *window[:4], rng))
+    g = stored_channels_last(data(rng, out.shape, np.float64))
+    avg = (3, 2, 1, True, False)
+    ga = stored_channels_last(data(rng, ref.avg_pool3d(x, *avg).shape, np.float64))
+    with policy.use(gpu=True, nhwc=tile):
+        got = clpool.max_pool3d_with_indices_backward(g, x, *window, indices=idx)
+        got_avg = clpool.avg_pool3d_backward(ga, x, *avg)
+    dense_g, dense_x, dense_i = (np.ascontiguousarray(a) for a in (g, x, idx))
+    want = clpool.max_pool3d_with_indices_backward(dense_g, dense_x, *window, indices=dense_i)
+    if index == "aten":
+        want = ref.max_pool3d_with_indices_backward(g, x, idx, *window)
+    np.testing.assert_array_equal(got, want)
+    if index == "aten":
+        t = torch.from_numpy
+        aten_max = aten.max_pool3d_with_indices_backward(
+            t(g), t(x), [3] * 3, [2] * 3, [1] * 3, [1, 2, 1], True, t(idx))
+        assert same_bits(got, aten_max.numpy())
+    assert_close(got_avg, ref.avg_pool3d_backward(ga, x, *avg), 1e-12)
+    assert [s[2] for s in launch_sizes[1:3]] == [n * d * -(-h // tile[0])] * 2
 
 
 def test_gpu_policy_and_constant_windows_give_the_sameresults():
@@ -371,19 +461,30 @@ def test_torch_gradcheck_channels_last_3d_in_float64():
     assert torch.autograd.gradcheck(lambda t: ct.adaptive_avg_pool3d(t, (3, 2, 3)), (x,))
 
 
-def test_the_canary_runs_every_3d_strided_kernel(launched):
-    """The canary's channels-last-3d calls: each 3-D _strided kernel, right."""
+@pytest.mark.parametrize("per_plane", [False, True])
+def test_the_canary_runs_every_3d_strided_kernel(per_plane, launched):
+    """The canary's channels-last-3d calls: each 3-D _strided kernel, right (per volume:
+    adaptive average pooling's backward by its _plane kernel, which reads grad_output
+    through its strides)."""
     from clpool import canary, check
 
     rng = np.random.default_rng(10)
     x = rng.standard_normal(canary.SHAPE_3D).astype(np.float32)
-    calls = canary._channels_last_3d_calls(x, lambda s: rng.standard_normal(s).astype(np.float32))
-    for what, got, want, exact in calls:
-        err = check.error(np.asarray(got), want)
-        assert err == 0 if exact else err <= 1e-5, what
+    with policy.use(per_plane=per_plane):
+        calls = canary._channels_last_3d_calls(
+            x, lambda s: rng.standard_normal(s).astype(np.float32)
+        )
+        for what, got, want, exact in calls:
+            err = check.error(np.asarray(got), want)
+            assert err == 0 if exact else err <= 1e-5, what
     ran = {name for name, _ in launched}
-    assert ran == {f"{op}_{way}_strided" for op in ("max_pool3d", "avg_pool3d",
-                   "adaptive_avg_pool3d") for way in ("forward", "backward")}  # fmt: skip
+    want = {f"{op}_{way}_strided" for op in ("max_pool3d", "avg_pool3d", "adaptive_avg_pool3d")
+            for way in ("forward", "backward")}  # fmt: skip
+    if per_plane:
+        want = want - {"adaptive_avg_pool3d_backward_strided"} | {
+            "adaptive_avg_pool3d_backward_plane"
+        }
+    assert ran == want
 
 
 @pytest.mark.parametrize("kind", ["array", "tensor"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl.array as cla
 import pytest
-from pool_cases import fresh_queue, same_bits, scrambled, wrapped
+from pool_cases import default_queue, fresh_queue, same_bits, scrambled, wrapped
 
 import clpool
 from clpool import policy, pool3d
@@ -435,11 +435,16 @@ def test_adaptive_avg_pool3d_along_an_axis_too_long_for_32_bit_cell_bounds():
         )
 
 
-def test_adaptive_avg_pool3d_to_an_empty_output():
+@pytest.mark.parametrize("per_plane", [False, True])
+def test_adaptive_avg_pool3d_to_an_empty_output(per_plane):
+    """An output of no cells; its backward, per volume too, clears a gradient of NaN."""
     x = np.ones((1, 2, 3, 4, 5), np.float32)
     got = clpool.adaptive_avg_pool3d(x, (0, 2, 2))
     assert got.shape == F.adaptive_avg_pool3d(_t(x), (0, 2, 2)).shape == (1, 2, 0, 2, 2)
-    assert not clpool.adaptive_avg_pool3d_backward(got, x).any()
+    grad = cla.to_device(default_queue(), np.full(x.shape, np.nan, np.float32))
+    with policy.use(per_plane=per_plane):
+        clpool.adaptive_avg_pool3d_backward(got, x, out=grad)
+    assert not grad.get().any()
 
 
 # ---------------------------------------------------------------- shapes, layouts, errors
