@@ -26,7 +26,8 @@ def _ints(*names: str) -> tuple[tuple[str, str], ...]:
 
 
 # The argument lists of kernels_cl/*.cl, in order (tests/test_kernels.py reads the .cl
-# files and holds the two to each other). A kernel and its `_plane` twin take the same.
+# files and holds the two to each other). A kernel and its `_plane` twin take the same
+# (but adaptive_avg_pool3d_backward_plane, which reads grad_out through its strides).
 _MAX_SIZES = _ints("H", "W", "OH", "OW", "kh", "kw", "sh", "sw", "ph", "pw", "dh", "dw")
 _AVG_SIZES = _ints(
     "H", "W", "OH", "OW", "kh", "kw", "sh", "sw", "ph", "pw", "count_include_pad",

@@ -236,13 +236,16 @@ def _step_strided(
     scalars.update({f"{out.slot}_{axis}": v for axis, v in zip(AXES, out_strides, strict=True)})
     largest = max(counts)
     inner = c > 1 and 1 in (s for s, n_ in zip(channels, counts, strict=True) if n_ == largest)
+    if tile != (1, 1):  # in the build whose work-group size _tile asks for
+        p.options += (f"-DCLPOOL_CL_ROWS={tile[0]}", f"-DCLPOOL_CL_PIX={tile[1]}")
     group = _tile(p, name, c, w, channels)
     inner = inner or group is not None
     lanes = 4 if group or (inner and set(channels) == {1} and c % 4 == 0) else 1
     geometry = (c // lanes, w, n * d * h) if inner else (w, h, n * c * d)
     if lanes == 4 and tile != (1, 1):
         geometry = (c // 4, -(-w // tile[1]), n * d * -(-h // tile[0]))
-        p.options += (f"-DCLPOOL_CL_ROWS={tile[0]}", f"-DCLPOOL_CL_PIX={tile[1]}")
+    else:  # no tile without 4 channels a work-item
+        p.options = tuple(o for o in p.options if not o.startswith("-DCLPOOL_CL_"))
     # a CPU's rows of an image, their channels in runs of up to 256 (clpool.h)
     if p.cpu_rows16(name, c, set(channels[1:]), channels[0]):
         inner, lanes, geometry = True, 16, (-(-c // 256), 1, n * d * h)

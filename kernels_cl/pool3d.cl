@@ -1052,11 +1052,11 @@ __kernel void adaptive_avg_pool3d_forward_strided(__global const elem_t *restric
 /* The backward for a CPU, grad_out of any strides: one work-item per volume clears it,
  * then adds each cell's grad_out / depth / rows / columns to its elements, in output order
  * (PyTorch's CPU algorithm; adaptive_avg_pool3d_backward works out every element's cells:
- * [2,64,16,56,56] from 7x7x7 took 100 ms on this project's CPU, against PyTorch's 1.4). */
+ * [2,64,16,56,56] from 7x7x7 took 100 ms on this project's CPU, against PyTorch's 1.5). */
+#define ADAPTIVE_POOL3D_PLANE_SIZES ADAPTIVE_POOL3D_SIZES, VIEW3D(grad_out), int C
 __kernel void adaptive_avg_pool3d_backward_plane(__global const elem_t *restrict grad_out,
                                                  __global elem_t *restrict grad_x,
-                                                 ADAPTIVE_POOL3D_SIZES, VIEW3D(grad_out),
-                                                 int C)
+                                                 ADAPTIVE_POOL3D_PLANE_SIZES)
 {
     long volume = get_global_id(0);
     pos_t HW = (pos_t)H * W;
