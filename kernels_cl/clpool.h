@@ -895,7 +895,7 @@ typedef int4 index4_t;
 typedef long4 index4_t;
 #define CONVERT_INDEX4(v) convert_long4(v)
 #endif
-/* Four indices of a channels-last view at p[i], as max_window4's STORE4CL and LOAD4CL. */
+/* Four indices of a channels-last view at p[i], aligned or not, as LOAD4CL loads values. */
 #define LOAD_INDEX4(p, i, aligned)                                                  \
     ((aligned) ? *(__global const index4_t *)((p) + (i)) : vload4(0, (p) + (i)))
 

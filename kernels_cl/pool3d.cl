@@ -953,9 +953,11 @@ __kernel void avg_pool3d_forward_strided(__global const elem_t *restrict x,
 }
 
 /* avg_pool3d_backward for grad_out of any strides, grad_x through its own (a GPU's tile:
- * TILED_VOXEL); a CPU takes an input row (d, h) of an image, 16 channels a lane, with
- * channels_inner == 16 (grad_out's channels contiguous, grad_x's any): each element's
- * shares in output order, added to +0 (a -0 share leaves +0 on a CPU: no plus_zero). */
+ * TILED_VOXEL), 4 channels of CLPOOL_CL_ROWS rows per work-item where it takes 4 (each
+ * window reaching them loaded once); a CPU takes an input row (d, h) of an image, 16
+ * channels a lane, with channels_inner == 16 (grad_out's channels contiguous, grad_x's
+ * any): each element's shares in output order, added to +0 (a -0 share leaves +0 on a
+ * CPU: no plus_zero). */
 __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_out,
                                           __global elem_t *restrict grad_x,
                                           STRIDED3D_BACKWARD_SIZES, AVG_POOL3D_SIZES)
