@@ -502,6 +502,21 @@ __kernel void adaptive_avg_pool3d_forward(__global const elem_t *restrict x,
           sum / (acc_t)(d1 - d0) / (acc_t)(h1 - h0) / (acc_t)(w1 - w0));
 }
 
+/* g = the sum, in output order, of each cell's share LOADED(od, oh, ow) / depth / rows /
+ * columns over the cells [od0, od1) x [oh0, oh1) x [ow0, ow1) (PyTorch CPU's shares and
+ * order), each through PLUS_ZERO (as adaptive_pool.cl's SUM_SHARES in 2-D). */
+#define SUM_SHARES3D(g, LOADED, PLUS_ZERO)                                          \
+    for (int od = od0; od < od1; ++od) {                                            \
+        acc_t depth = (acc_t)(cell_end(od, D, OD) - cell_start(od, D, OD));         \
+        for (int oh = oh0; oh < oh1; ++oh) {                                        \
+            acc_t rows = (acc_t)(cell_end(oh, H, OH) - cell_start(oh, H, OH));      \
+            for (int ow = ow0; ow < ow1; ++ow) {                                    \
+                acc_t cols = (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW));  \
+                g += PLUS_ZERO(LOADED(od, oh, ow) / depth / rows / cols);           \
+            }                                                                       \
+        }                                                                           \
+    }
+
 /* grad_x[e] = sum, in ascending output order, of grad_out / depth / rows / columns of
  * each cell containing e. */
 __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_out,
@@ -511,19 +526,12 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
     ITEM3D(iw, ih, z, W, H);
     SPLIT_ROW(z, D, volume, id);
     __global const elem_t *gp = grad_out + volume * OD * OH * OW;
-    int od1 = cell_end(id, OD, D), oh0 = cell_start(ih, OH, H), oh1 = cell_end(ih, OH, H),
-        ow0 = cell_start(iw, OW, W), ow1 = cell_end(iw, OW, W);
+    int od0 = cell_start(id, OD, D), od1 = cell_end(id, OD, D), oh0 = cell_start(ih, OH, H),
+        oh1 = cell_end(ih, OH, H), ow0 = cell_start(iw, OW, W), ow1 = cell_end(iw, OW, W);
     acc_t g = 0;
-    for (int od = cell_start(id, OD, D); od < od1; ++od) {
-        acc_t depth = (acc_t)(cell_end(od, D, OD) - cell_start(od, D, OD));
-        for (int oh = oh0; oh < oh1; ++oh) {
-            acc_t rows = (acc_t)(cell_end(oh, H, OH) - cell_start(oh, H, OH));
-            for (int ow = ow0; ow < ow1; ++ow) {
-                acc_t cols = (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW));
-                g += plus_zero(LOAD(gp, ((pos_t)od * OH + oh) * OW + ow) / depth / rows / cols);
-            }
-        }
-    }
+#define GRAD(od, oh, ow) LOAD(gp, ((pos_t)(od) * OH + (oh)) * OW + (ow))
+    SUM_SHARES3D(g, GRAD, plus_zero)
+#undef GRAD
     STORE(grad_x, volume * D * H * W + ((pos_t)id * H + ih) * W + iw, g);
 }
 
@@ -1110,17 +1118,11 @@ __kernel void adaptive_avg_pool3d_backward_strided(__global const elem_t *restri
                 if (w == next) {
                     next = cells_at(w, W, OW, &ow0, &ow1);
                     g = 0;
-                    for (int od = od0; od < od1; ++od) {
-                        acc_t depth = (acc_t)(cell_end(od, D, OD) - cell_start(od, D, OD));
-                        for (int oh = oh0; oh < oh1; ++oh) {
-                            acc_t rows = (acc_t)(cell_end(oh, H, OH) - cell_start(oh, H, OH));
-                            for (int ow = ow0; ow < ow1; ++ow) {
-                                acc_t cols = (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW));
-                                g += LOAD16(gp, IN_VOLUME(grad_out, od, oh, ow) + c) / depth
-                                     / rows / cols;
-                            }
-                        }
-                    }
+#define GRAD(od, oh, ow) LOAD16(gp, IN_VOLUME(grad_out, od, oh, ow) + c)
+#define AS_IS(v) (v) /* a -0 share leaves +0 on a CPU: no plus_zero */
+                    SUM_SHARES3D(g, GRAD, AS_IS)
+#undef AS_IS
+#undef GRAD
                 }
                 store16_channels(grad_x, at, grad_x_sc, grad_x_sw, w, W, g, block);
             }
@@ -1132,19 +1134,12 @@ __kernel void adaptive_avg_pool3d_backward_strided(__global const elem_t *restri
     acc4_t g = 0;
     if (e_inside) {
         __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
-        int od1 = cell_end(e.d, OD, D), oh0 = cell_start(e.h, OH, H),
-            oh1 = cell_end(e.h, OH, H), ow0 = cell_start(e.w, OW, W), ow1 = cell_end(e.w, OW, W);
-        for (int od = cell_start(e.d, OD, D); od < od1; ++od) {
-            acc_t depth = (acc_t)(cell_end(od, D, OD) - cell_start(od, D, OD));
-            for (int oh = oh0; oh < oh1; ++oh) {
-                acc_t rows = (acc_t)(cell_end(oh, H, OH) - cell_start(oh, H, OH));
-                for (int ow = ow0; ow < ow1; ++ow) {
-                    acc_t cols = (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW));
-                    g += plus_zero4(load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0)
-                                    / depth / rows / cols);
-                }
-            }
-        }
+        int od0 = cell_start(e.d, OD, D), od1 = cell_end(e.d, OD, D),
+            oh0 = cell_start(e.h, OH, H), oh1 = cell_end(e.h, OH, H),
+            ow0 = cell_start(e.w, OW, W), ow1 = cell_end(e.w, OW, W);
+#define GRAD(od, oh, ow) load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0)
+        SUM_SHARES3D(g, GRAD, plus_zero4)
+#undef GRAD
     }
     STORE_VOXEL(grad_x, e, e.h, g, lanes, C, W);
 }
