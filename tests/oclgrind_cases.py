@@ -409,10 +409,11 @@ def _nhwc_unpool_cases(x: np.ndarray, dtype: np.dtype) -> Iterator[tuple[str, ob
                            y, i, 2, k, s, p, o))
         g = stored_channels_last(_data(x.shape, dtype, 708))
         yc, ic = stored_channels_last(y), stored_channels_last(i)
-        yield (f"nhwc/max_unpool2d_backward/{name}",
-               lambda g=g, yc=yc, ic=ic, k=k, s=s, p=p: clpool.max_unpool2d_backward(
-                   g, yc, ic, k, s, p, g.shape[-2:]),
-               lambda g=g, y=y, i=i: ref.max_unpool_backward(g, y, i, 2))
+        for plan, wrap in (("cpu", _as_cpu), ("gpu", _as_gpu)):  # along channels, positions
+            yield (f"nhwc/max_unpool2d_backward/{name}/{plan}",
+                   wrap(lambda g=g, yc=yc, ic=ic, k=k, s=s, p=p: clpool.max_unpool2d_backward(
+                       g, yc, ic, k, s, p, g.shape[-2:])),
+                   lambda g=g, y=y, i=i: ref.max_unpool_backward(g, y, i, 2))
 
 
 def copy_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:

@@ -621,10 +621,14 @@ def test_channels_last_inputs_are_read_as_they_lie(spatial, gpu, launched, devic
     channels-last; a CPU's channels-last tiles take its rows kernel."""
     from clpool import launch, policy
 
-    local = []
+    local, built = [], []
     run = launch.run
-    monkeypatch.setattr(launch, "run", lambda plan, *a: (
-        local.extend(s.local_size for s in plan.steps), run(plan, *a))[1])  # fmt: skip
+    def spy(plan, *a):
+        local.extend(s.local_size for s in plan.steps)
+        built.extend((s.name, _options(s.kernel)) for s in plan.steps)
+        return run(plan, *a)
+
+    monkeypatch.setattr(launch, "run", spy)
     queue = clpool.default_queue(device)
     rng = np.random.default_rng(95 + spatial)
     with policy.use(gpu=gpu):
@@ -652,10 +656,22 @@ def test_channels_last_inputs_are_read_as_they_lie(spatial, gpu, launched, devic
                 rows = last and ii is not i and not gpu and k == s and not p
                 assert _tiles_rows(launched) == rows, (k, s, p, y.shape, [n for n, _ in launched])
                 for gg in (g, _channels_last(spatial, g)):
+                    built.clear()
                     grad = BACKWARD[spatial](gg, yy, ii, k, s, p, size)
                     assert same_bits(grad.numpy(), want_grad.astype(np.float32))
+                    # a CPU's gather runs along the channels of channels-last indices (a
+                    # 1-D tensor goes up C-contiguous)
+                    inner = not gpu and ii is not i and y.shape[1] > 1 and spatial > 1
+                    (options,) = [o for name, o in built if name == "max_unpool_gather"]
+                    assert ("-DCLPOOL_CHANNELS_INNER" in options) == inner, options
                 names = [name for name, _ in launched]
                 assert not any(n.startswith("clpool_contiguous") for n in names), names
+
+
+def _options(kernel: cl.Kernel) -> str:
+    """The build options of `kernel`'s program."""
+    program = kernel.get_info(cl.kernel_info.PROGRAM)
+    return program.get_build_info(program.devices[0], cl.program_build_info.OPTIONS)
 
 
 def _tiles_rows(launched) -> bool:
