@@ -5,10 +5,11 @@ for float32 and float64 with a backward kernel of a plane per work-item; on a GP
 cells tiling a plane run max_pool2d's kernels with that window. A 2-D input of other
 strides (channels-last) is read as it is by the _strided kernels (max_pool2d's for equal
 cells) and gives a result in its memory format; a 3-D one (channels-last-3d or any other) by
-pool3d.cl's, with C-contiguous results as ATen's, while its backward copies a strided
-grad_output and indices (the output's size) C-contiguous first (a gather over the input
-read through strides ran 10-25x slower on this project's CPU). Indices are flat in the
-input plane or volume: (d * H + h) * W + w, as ATen's."""
+pool3d.cl's, with C-contiguous results as ATen's; its backward's gather (a GPU's) reads
+grad_output and indices through their strides, while a CPU's kernel per plane takes them
+copied C-contiguous (a gather over the input read through strides ran 10-25x slower on this
+project's CPU). Indices are flat in the input plane or volume: (d * H + h) * W + w, as
+ATen's."""
 
 from __future__ import annotations
 
@@ -51,6 +52,15 @@ def _fold(a: cla.Array | np.ndarray) -> cla.Array | np.ndarray:
         PoolArgumentError,
         f"a 5-D device array of strides {a.strides} cannot be read as it is: make it contiguous",
     )
+
+
+def _view_strides(p: Planner, view: str, i: int, rank: int) -> dict[str, int]:
+    """Input i's element strides as a 5-D view `view` (VIEW3D): (N, C) and (D, H, W), an
+    axis the array lacks of stride 0."""
+    strides = p.strides[i]
+    batch, spatial = strides[: len(strides) - rank], strides[len(strides) - rank :]
+    padded = (0,) * (2 - len(batch)) + batch + (0,) * (3 - rank) + spatial
+    return {f"{view}_{axis}": v for axis, v in zip(pool3d.AXES, padded, strict=True)}
 
 
 def _extents(volume: tuple[int, int, int], cells: tuple[int, int, int]) -> tuple[int, ...]:
@@ -260,10 +270,13 @@ def _plan_backward(
         p.step_strided("adaptive_max_pool2d_backward_strided", views, H=h, W=w, OH=oh, OW=ow)
     elif n * c and p.by_plane and od * oh * ow <= d * h * w:
         p.step("adaptive_max_pool_backward_plane", (n * c,), local=(1,), **sizes)
-    elif n * c:
+    elif n * c:  # grad_output and indices read as they are
+        p.as_is = True
+        sizes.update(_view_strides(p, "grad_out", 0, rank), C=c)
+        sizes.update(_view_strides(p, "indices", 2, rank))
         _step(p, "adaptive_max_pool_backward", -(-w // p.cols), h, d, n * c, **sizes)
-    # grad_output and indices, output-sized, copied (the input gives its shape only)
-    p.arrays = [_fold(a) if i != 1 else a for i, a in enumerate(p.arrays)]
+    if not p.as_is:  # grad_output and indices, output-sized, copied (x: its shape only)
+        p.arrays = [_fold(a) if i != 1 else a for i, a in enumerate(p.arrays)]
     return p.plan("grad_out", None, "indices")
 
 

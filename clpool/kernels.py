@@ -211,6 +211,10 @@ def _view3d(name: str, offset: bool = True) -> tuple[tuple[str, str], ...]:
     return tuple((f"{name}_{axis}", LONG) for axis in ("offset",) * offset + axes)
 
 
+# The adaptive max backward's gather reads grad_out and indices as 5-D views.
+_SIGNATURES["adaptive_max_pool_backward"] += (*_view3d("grad_out"), *_view3d("indices"),
+                                             *_ints("C"))  # fmt: skip
+
 # The 3-D _strided kernels (kernels_cl/pool3d.cl).
 _STRIDED3D_FORWARD = (*_view3d("x"), *_view3d("out", offset=False), *_ints("C", "channels_inner"))
 _STRIDED3D_BACKWARD = (

@@ -85,18 +85,22 @@ __kernel void adaptive_max_pool_forward(__global const elem_t *restrict x,
  * of ih), plane): each cell reaching a row of its columns is loaded once for all of them,
  * and the row's columns are stored at once (bfloat16: packed, with CLPOOL_PACK). Every
  * such cell is loaded and a mismatch adds 0 (g never is -0), so that the loads of a row
- * issue together rather than each after its index. */
+ * issue together rather than each after its index. grad_out and indices are read through
+ * their strides as 5-D views (clpool.h's VIEW3D; a channels-last-3d one without a copy
+ * first, which took longer than this kernel on an H100), plane p being (p / C, p % C). */
+#define ADAPTIVE_MAX_VIEW_SIZES VIEW3D(grad_out), VIEW3D(indices), int C
 __kernel void adaptive_max_pool_backward(__global const elem_t *restrict grad_out,
                                          __global const index_t *restrict indices,
                                          __global elem_t *restrict grad_x,
-                                         ADAPTIVE_MAX_SIZES)
+                                         ADAPTIVE_MAX_SIZES, ADAPTIVE_MAX_VIEW_SIZES)
 {
     int iw0 = get_global_id(0) * CLPOOL_COLS;
     SLICE_TILE(id, ih0, ih1, iw0, W, D, H);
     long plane = get_global_id(2);
-    long cells = (long)OD * OH * OW;
-    __global const elem_t *gp = grad_out + plane * cells;
-    __global const index_t *ip = indices + plane * cells;
+    int ch;
+    long image = split_row(plane, C, &ch);
+    __global const elem_t *gp = grad_out + AT3D(grad_out, image, ch, 0, 0, 0);
+    __global const index_t *ip = indices + AT3D(indices, image, ch, 0, 0, 0);
     __global elem_t *xp = grad_x + plane * D * H * W;
     int od0 = cell_start(id, OD, D), od1 = cell_end(id, OD, D), oh0, oh1;
     /* the cells of column iw0 + c are [first[c], last[c]); of the tile, [ow0, ow1) */
@@ -112,12 +116,13 @@ __kernel void adaptive_max_pool_backward(__global const elem_t *restrict grad_ou
             g[c] = 0;
         for (int od = od0; od < od1; ++od)
             for (int oh = oh0; oh < oh1; ++oh) {
-                pos_t row = ((pos_t)od * OH + oh) * OW;
+                long go = AT3D_OUT(grad_out, 0, 0, od, oh, 0);
+                long io = AT3D_OUT(indices, 0, 0, od, oh, 0);
                 for (int ow = ow0; ow < ow1; ++ow) {
-                    acc_t v = LOAD(gp, row + ow);
+                    acc_t v = LOAD(gp, go + ow * grad_out_sw);
                     /* the column the index names, c, where it names one of this row's
                      * (unsigned: any index, no overflow) */
-                    uindex_t named = (uindex_t)ip[row + ow] - (uindex_t)at;
+                    uindex_t named = (uindex_t)ip[io + ow * indices_sw] - (uindex_t)at;
                     UNROLL for (int c = 0; c < CLPOOL_COLS; ++c)
                         g[c] += named == (uindex_t)c && first[c] <= ow && ow < last[c]
                                     ? v

@@ -765,6 +765,16 @@ CONTIGUOUS_KERNEL(clpool_contiguous_index, index_t, IDENTITY_LOAD, IDENTITY_STOR
     ((n) * v##_sn + (long)(c) * v##_sc + (long)(h) * v##_sh + (long)(w) * v##_sw)
 #define AT(v, n, c, h, w) (v##_offset + AT_OUT(v, n, c, h, w))
 
+/* The same over 5-D (N, C, D, H, W) views (pool3d.cl's _strided kernels, and the adaptive
+ * max backward's inputs of any rank): the strides of result view v, then those of input
+ * view v, its offset first; element (n, c, d, h, w) of each. */
+#define STRIDES3D(v) long v##_sn, long v##_sc, long v##_sd, long v##_sh, long v##_sw
+#define VIEW3D(v) long v##_offset, STRIDES3D(v)
+#define AT3D_OUT(v, n, c, d, h, w)                                                  \
+    ((n) * v##_sn + (long)(c) * v##_sc + (long)(d) * v##_sd + (long)(h) * v##_sh    \
+     + (long)(w) * v##_sw)
+#define AT3D(v, n, c, d, h, w) (v##_offset + AT3D_OUT(v, n, c, d, h, w))
+
 /* The element (n, c, h, w) of an (N, C, H, W) result that this work-item of a _strided
  * kernel computes (the first of channels c .. c + channels_inner - 1, where a kernel takes
  * several). With channels_inner, dimension 0 walks C (by channels_inner), 1 W and 2

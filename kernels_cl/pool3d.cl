@@ -547,17 +547,10 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
  * 4 channels per work-item where they are contiguous in every view and C % 4 == 0 (or in
  * the views alone, with a GPU's tile: TILED_VOXEL), else 1 (clpool.h's load_lanes and
  * store_lanes, as elements: vload4, not aligned vectors). */
-/* The strides of result view v, then those of input view v, its offset first. */
-#define STRIDES3D(v) long v##_sn, long v##_sc, long v##_sd, long v##_sh, long v##_sw
-#define VIEW3D(v) long v##_offset, STRIDES3D(v)
 #define STRIDED3D_FORWARD_SIZES VIEW3D(x), STRIDES3D(out), int C, int channels_inner
 #define STRIDED3D_BACKWARD_SIZES VIEW3D(grad_out), STRIDES3D(grad_x), int C, int channels_inner
 /* The strides of the indices max_pool3d_backward_strided reads, as an input view. */
 #define INDICES3D_VIEW_SIZES VIEW3D(indices)
-#define AT3D_OUT(v, n, c, d, h, w)                                                  \
-    ((n) * v##_sn + (long)(c) * v##_sc + (long)(d) * v##_sd + (long)(h) * v##_sh    \
-     + (long)(w) * v##_sw)
-#define AT3D(v, n, c, d, h, w) (v##_offset + AT3D_OUT(v, n, c, d, h, w))
 /* Whether input view v and result view r are aligned to 4 elements (as clpool.h's
  * ALIGNED4): their 4 channels then load and store as aligned vectors. */
 #define ALIGNED4_3D(v, r)                                                           \

@@ -240,6 +240,14 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("contiguous/adaptive_max_pool3d/transpose",
            lambda: [a.get() for a in clpool.adaptive_max_pool3d(view, (2, 2, 3), True)],
            lambda: ref.adaptive_max_pool3d(host, (2, 2, 3)))
+    # grad_output and indices channels-last-3d, read as they lie by the gather
+    x = _data((2, 4, 5, 4, 6), dtype, 991)
+    want, want_i = ref.adaptive_max_pool_nd(x, (3, 2, 4), 3)
+    grad = _data(want.shape, dtype, 992)
+    g_last, i_last = stored_channels_last(grad), stored_channels_last(want_i)
+    yield ("gpu/adaptive_max_pool3d_backward/ndhwc",
+           _as_gpu(lambda: clpool.adaptive_max_pool3d_backward(g_last, x, i_last)),
+           lambda: ref.adaptive_max_pool_backward(grad, x, want_i, 3))
 
 
 def strided_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:

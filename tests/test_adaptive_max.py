@@ -326,6 +326,45 @@ def test_a_5d_device_view_of_any_strides_is_read_as_it_is(launched):
     assert same_bits(got, clpool.adaptive_max_pool3d_backward(g, np.ascontiguousarray(host), ri))
 
 
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_gather_reads_gradients_and_indices_of_any_strides(launched, gpu):
+    """The backward's gather (a GPU's, and a CPU's without a kernel per plane) reads
+    grad_output and indices as they lie: channels-last-3d, every other column of wider
+    arrays, offsets, int32 indices, unbatched; no copy kernel, and ATen's bits."""
+    queue = clpool.default_queue()
+    rng = np.random.default_rng(29)
+
+    def wide(a: np.ndarray) -> cla.Array:
+        w = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
+        w[..., ::2] = a
+        return cla.to_device(queue, w)[..., ::2]
+
+    def ndhwc(a: np.ndarray) -> cla.Array:
+        moved = cla.to_device(queue, np.ascontiguousarray(np.moveaxis(a, -4, -1)))
+        return moved.transpose((0, 4, 1, 2, 3)) if a.ndim == 5 else moved.transpose((3, 0, 1, 2))
+
+    def offset(a: np.ndarray) -> cla.Array:
+        return cla.to_device(queue, np.concatenate([a[:1], a]))[1:]
+
+    for shape, size in (((2, 5, 5, 6, 7), (3, 4, 2)), ((3, 4, 9, 5), (4, 2, 3))):
+        x = data(rng, shape, special=True)
+        _, idx = F.adaptive_max_pool3d(torch.from_numpy(x), size, return_indices=True)
+        idx = idx.numpy()
+        g = rng.standard_normal(idx.shape).astype(np.float32)
+        want = aten.adaptive_max_pool3d_backward(*map(torch.from_numpy, (g, x, idx))).numpy()
+        views = [(wide, wide), (ndhwc, ndhwc), (ndhwc, wide), (cla.to_device, ndhwc)]
+        views += [(offset, offset)] if len(shape) == 5 else []
+        for as_grad, as_indices in views:
+            for index in (idx, idx.astype(np.int32)):
+                gv, iv = (as_grad(queue, g) if as_grad is cla.to_device else as_grad(g),
+                          as_indices(index))  # fmt: skip
+                launched.clear()
+                with policy.use(gpu=gpu, per_plane=False):
+                    got = clpool.adaptive_max_pool3d_backward(gv, x, iv).get()
+                assert same_bits(got, want), (shape, as_grad, as_indices, index.dtype)
+                assert [name for name, _ in launched] == ["adaptive_max_pool_backward"]
+
+
 # ---------------------------------------------------------------- clpool.torch
 
 

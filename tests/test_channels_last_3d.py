@@ -229,18 +229,17 @@ def test_strided_backward_inputs_match_torch():
 def test_a_channels_last_3d_input_launches_only_the_op_kernels(kind, per_plane, launched,
                                                                enqueued):
     """No copy kernel: each op enqueues exactly its _strided kernel, forward and backward
-    (but adaptive max pooling's backward; adaptive average pooling's per volume reads
-    grad_output through its strides too), for a channels_last_3d device Array or numpy
-    array (uploaded as its own bytes)."""
+    (adaptive average pooling's per volume, and adaptive max pooling's gather, read
+    grad_output and indices through their strides too; adaptive max pooling's per plane
+    copies device arrays), for a channels_last_3d device Array or numpy array (uploaded as its own
+    bytes)."""
     t = _tensor(12, special=False)
     x = _as(kind, t)
     with policy.use(per_plane=per_plane):
         for case in ("max-ceil", "max-values", "avg-exclude-pad", "adaptive", "max-adaptive"):
             FORWARD[case][0](x)
         rng = np.random.default_rng(1)
-        for name, ours, _, shape, idx in _backward_cases(t):
-            if name == "max-adaptive":  # grad and indices output-sized: copied (adaptive_max)
-                continue
+        for _, ours, _, shape, idx in _backward_cases(t):
             g = torch.from_numpy(data(rng, tuple(shape))).contiguous(memory_format=CL3)
             ours(_as(kind, g), x, None if idx is None else _as(kind, idx))
     want = ["max_pool3d_forward_strided"] * 2 + [
@@ -251,8 +250,14 @@ def test_a_channels_last_3d_input_launches_only_the_op_kernels(kind, per_plane, 
         "avg_pool3d_backward_strided",
         f"adaptive_avg_pool3d_backward_{'plane' if per_plane else 'strided'}",
     ]
-    assert [name for name, _ in launched] == want
-    assert enqueued == want
+    want.append(f"adaptive_max_pool_backward{'_plane' if per_plane else ''}")
+    names = [name for name, _ in launched]
+    copies = [name for name in names if name.startswith("clpool_contiguous")]
+    assert [name for name in names if name not in copies] == want
+    # a per-plane kernel's device views copied, its numpy arrays uploaded C-contiguous
+    assert bool(copies) == (per_plane and kind == "array")
+    assert names[-len(copies) - 1 :] == copies + want[-1:]
+    assert enqueued == names
 
 
 @pytest.mark.parametrize("kind", ["array", "numpy"])
