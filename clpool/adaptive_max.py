@@ -258,9 +258,12 @@ def _plan_backward(
             p.step_by_plane("max_pool2d_backward", (w, h, n * c), **ops._max_sizes(cells, h, w))
         p.arrays = [_fold(a) if i != 1 else a for i, a in enumerate(p.arrays)]
         return p.plan("grad_out", None, "indices")
-    p.specialize(
-        "adaptive_max_pool_backward", _extents((d, h, w), (od, oh, ow)), planes=n * c, row=w
-    )
+    # the gather's offsets within a plane's views of grad_output and indices too
+    spans = tuple(1 + sum((n_ - 1) * s for n_, s in zip(a.shape[-rank:], p.strides[i][-rank:],
+                                                          strict=True))
+                  for i, a in ((0, grad), (2, indices)))  # fmt: skip
+    p.specialize("adaptive_max_pool_backward", _extents((d, h, w), (od, oh, ow)) + spans,
+                 planes=n * c, row=w)  # fmt: skip
     p.cell_bounds(d, h, w, od, oh, ow)
     sizes: Scalars = dict(D=d, H=h, W=w, OD=od, OH=oh, OW=ow)
     # A CPU's plane per work-item, where cells do not outnumber the input's elements:
