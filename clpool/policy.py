@@ -99,6 +99,9 @@ TILES = {
         # 35.0 us, (2, 2) 35.2, (8, 2) 35.9, (1, 4) 65.3, (4, 4) 92.8, (2, 4) 98.5; with
         # 1 depth and each window's own divisor, as before, (2, 4) 70.8
         "avg_pool3d_backward": (4, 2),
+        # rows of a column (a cell's shares worked out once for all of them): NCDHW
+        # [8,64,16,56,56] from 7x7x7 on an H100, 1 row 589.6 us, 4 170.5, 8 101.4, 16 127.5
+        "adaptive_avg_pool3d_backward": (8, 1),
         # Forward unmeasured on the H200 yet: two rows share a work-item's column bounds.
         "adaptive_max_pool_forward": (2, 1),
         # H200, [128,64,128,128] to 7x7, float32 / bfloat16: (16, 4) 211.3 / 253.9 us,
@@ -193,16 +196,18 @@ class Policy:
         [128,64,128,128]: max 763 -> 505 us with (2, 4), avg 756 -> 352 us with (2, 2);
         forwards of stride 2 gained nothing from tiles. The backward's (2, 2), k3 s2 of
         [32,64,112,112]: max 110.7 -> 62.0 us, avg 103.8 -> 47.1 us. The 3-D backward ops
-        of NDHWC [8,64,16,56,56] k3 s2 p1 (family "max3d" or "avg3d": avg3d takes rows
-        only, its gradient C-contiguous): max 191.7 us with (1, 1), 90.2 with (2, 2), 106.7
-        with (4, 2), 123.0 with (1, 2); avg 130.3 us with (4, 1), 149.5 with (8, 1) (on an
-        H100: 171.3 with (1, 1), 144.5 with (2, 1))."""
+        of NDHWC [8,64,16,56,56] k3 s2 p1 (family "max3d", "avg3d" or "adaptive3d": the
+        averages take rows only, their gradients C-contiguous): max 191.7 us with (1, 1),
+        90.2 with (2, 2), 106.7 with (4, 2), 123.0 with (1, 2); avg 130.3 us with (4, 1),
+        149.5 with (8, 1) (on an H100: 171.3 with (1, 1), 144.5 with (2, 1)); adaptive from
+        7x7x7 on an H100 212.4 us with (1, 1), 130.4 with (2, 1), 90.0 with (4, 1), 76.6
+        with (8, 1)."""
         if self.nhwc is not None:
             return min(self.nhwc[0], MAX_TILE), min(self.nhwc[1], MAX_TILE)
         if not self.on_gpu(device):
             return (1, 1)
         if backward:
-            return (4, 1) if family == "avg3d" else (2, 2)
+            return {"avg3d": (4, 1), "adaptive3d": (8, 1)}.get(family, (2, 2))
         if not stride1:
             return (1, 1)
         return (2, 4) if family == "max" else (2, 2)

@@ -565,8 +565,10 @@ def _plan_adaptive_backward(
         sizes.update(_view_strides(p, "grad_out", 0))
         p.step(f"{name}_plane", (n * c,), local=(1,), C=c, **sizes)
     elif n * c and p.strided:  # C-contiguous, as ATen's
-        _step_strided(p, f"{name}_strided", {"grad_out": 0}, **sizes)
+        rows = p.policy.nhwc_tile(p.rt.device, "adaptive3d", False, backward=True)[0]
+        _step_strided(p, f"{name}_strided", {"grad_out": 0}, tile=(rows, 1), **sizes)
     elif n * c:
+        p.rows = p.policy.tile(p.rt.device, name)[0]  # rows of a column per work-item
         p.step(name, (w, h, n * c * d), **sizes)
     return p.plan("grad_out", None)
 

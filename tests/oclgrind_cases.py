@@ -806,9 +806,10 @@ def pool3d_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
                lambda x=x: clpool.adaptive_avg_pool3d(x, ADAPTIVE_3D),
                lambda x=x: ref.adaptive_avg_pool3d(x, ADAPTIVE_3D))
         grad = _data(ref.adaptive_avg_pool3d(x, ADAPTIVE_3D).shape, dtype, 1000 + seed)
-        yield (f"adaptive_avg_pool3d_backward/{name}",
-               lambda g=grad, x=x: clpool.adaptive_avg_pool3d_backward(g, x),
-               lambda g=grad, x=x: ref.adaptive_avg_pool3d_backward(g, x))
+        for plan, wrap in (("", lambda run: run), ("gpu/", _as_gpu)):  # rows of a column
+            yield (f"{plan}adaptive_avg_pool3d_backward/{name}",
+                   wrap(lambda g=grad, x=x: clpool.adaptive_avg_pool3d_backward(g, x)),
+                   lambda g=grad, x=x: ref.adaptive_avg_pool3d_backward(g, x))
     queue = discovery.runtime(discovery.select()).queue
     base = _data((2, 3, 4, 5, 6), dtype, 1100)
     view = cla.to_device(queue, base).transpose((1, 0, 2, 4, 3))
@@ -826,7 +827,7 @@ def pool3d_plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     runs (the `_plane` kernels: forward and backward, max and average, and the adaptive
     average backward), and rows of 36 that take 16 windows at a time there."""
     for name, run, want in pool3d_cases(dtype):
-        if not name.startswith(("adaptive_avg_pool3d/", "strided")):
+        if not name.startswith(("adaptive_avg_pool3d/", "strided", "gpu/")):
             yield f"plane/{name}", _as_cpu(run), want
     x = _data((1, 2, 3, 3, 36), dtype, 1200, ties=True)
     yield ("plane/max_pool3d_with_indices/wide",
@@ -893,9 +894,10 @@ def ndhwc_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
                lambda x=x: clpool.adaptive_avg_pool3d(x, 1),
                lambda x=x: ref.adaptive_avg_pool3d(x, 1))
         gd = stored_channels_last(_data((1, c, 3, 2, 3), dtype, 1230 + c))
-        yield (f"ndhwc/adaptive_avg_pool3d_backward/c{c}",
-               lambda g=gd, x=x: clpool.adaptive_avg_pool3d_backward(g, x),
-               lambda g=gd, x=x: ref.adaptive_avg_pool3d_backward(g, x))
+        for plan, wrap in (("", lambda run: run), ("gpu/", _as_gpu)):  # the tile's rows
+            yield (f"ndhwc/{plan}adaptive_avg_pool3d_backward/c{c}",
+                   wrap(lambda g=gd, x=x: clpool.adaptive_avg_pool3d_backward(g, x)),
+                   lambda g=gd, x=x: ref.adaptive_avg_pool3d_backward(g, x))
         yield (f"ndhwc/adaptive_max_pool3d/c{c}",
                lambda x=x: clpool.adaptive_max_pool3d(x, (3, 2, 3), True),
                lambda x=x: ref.adaptive_max_pool_nd(x, (3, 2, 3), 3))

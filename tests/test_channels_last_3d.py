@@ -340,7 +340,8 @@ def test_a_gpus_ndhwc_backward_tiles_give_the_references_results(channels, tile,
                                                                   launch_sizes):
     """On a GPU, max_pool3d_with_indices_backward of NDHWC arrays takes 4 channels of a
     tile of rows x pixels of a depth per work-item (each window reaching it loaded once),
-    and avg_pool3d_backward 4 channels of rows of them (stored through the local tile):
+    and avg_pool3d_backward and adaptive_avg_pool3d_backward 4 channels of rows of them
+    (stored through the local tile; adaptive's: ATen's bits):
     the reference's results (max: ATen's bits; indices outside their windows, next to
     them and outside the volume match nothing, as in the NCDHW kernels), the tiles over
     the edges of H and W; the launch covers the rows by tiles."""
@@ -357,9 +358,12 @@ def test_a_gpus_ndhwc_backward_tiles_give_the_references_results(channels, tile,
     g = stored_channels_last(data(rng, out.shape, np.float64))
     avg = (3, 2, 1, True, False)
     ga = stored_channels_last(data(rng, ref.avg_pool3d(x, *avg).shape, np.float64))
+    cells = (3, 4, 5)  # overlapping along H (7 to 4) and W (9 to 5)
+    gc = stored_channels_last(data(rng, (n, c, *cells), np.float64))
     with policy.use(gpu=True, nhwc=tile):
         got = clpool.max_pool3d_with_indices_backward(g, x, *window, indices=idx)
         got_avg = clpool.avg_pool3d_backward(ga, x, *avg)
+        got_cells = clpool.adaptive_avg_pool3d_backward(gc, x)
     dense_g, dense_x, dense_i = (np.ascontiguousarray(a) for a in (g, x, idx))
     want = clpool.max_pool3d_with_indices_backward(dense_g, dense_x, *window, indices=dense_i)
     if index == "aten":
@@ -371,7 +375,9 @@ def test_a_gpus_ndhwc_backward_tiles_give_the_references_results(channels, tile,
             t(g), t(x), [3] * 3, [2] * 3, [1] * 3, [1, 2, 1], True, t(idx))
         assert same_bits(got, aten_max.numpy())
     assert_close(got_avg, ref.avg_pool3d_backward(ga, x, *avg), 1e-12)
-    assert [s[2] for s in launch_sizes[1:3]] == [n * d * -(-h // tile[0])] * 2
+    t = torch.from_numpy
+    assert same_bits(got_cells, aten._adaptive_avg_pool3d_backward(t(gc), t(x)).numpy())
+    assert [s[2] for s in launch_sizes[1:4]] == [n * d * -(-h // tile[0])] * 3
 
 
 def test_gpu_policy_and_constant_windows_give_the_sameresults():

@@ -421,6 +421,23 @@ def test_adaptive_avg_pool3d_equals_torch_and_reference(shape, size, dtype):
         np.testing.assert_allclose(grad, ref.adaptive_avg_pool3d_backward(g, x), rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [1, 3, 8])
+def test_a_gpus_adaptive_average_backward_takes_rows_of_a_column(rows, dtype, launch_sizes):
+    """On a GPU the contiguous backward takes `rows` rows of a column per work-item, each
+    cell's share worked out once for the rows it holds: ATen's bits (the same divisions in
+    the same order per element) over cells that overlap, upsampling, a last tile cut short;
+    the launch covers H by tiles of rows."""
+    for seed, (shape, size) in enumerate(ADAPTIVE):
+        x = _data(shape, dtype, 10 + seed)
+        g = _data(F.adaptive_avg_pool3d(_t(x), size).shape, dtype, 20 + seed)
+        launch_sizes.clear()
+        with policy.use(gpu=True, per_plane=False, rows=rows):
+            got = clpool.adaptive_avg_pool3d_backward(g, x)
+        assert same_bits(got, aten._adaptive_avg_pool3d_backward(_t(g), _t(x)).numpy()), shape
+        assert launch_sizes[-1][1] >= -(-shape[3] // rows) > launch_sizes[-1][1] // 2, shape
+
+
 def test_adaptive_avg_pool3d_along_an_axis_too_long_for_32_bit_cell_bounds():
     x = _data((1, 1, 2, 1, 50_000), np.float32, 0)
     for size in ((1, 1, 7), (3, 1, 49_999)):
