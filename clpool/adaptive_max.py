@@ -5,11 +5,10 @@ for float32 and float64 with a backward kernel of a plane per work-item; on a GP
 cells tiling a plane run max_pool2d's kernels with that window. A 2-D input of other
 strides (channels-last) is read as it is by the _strided kernels (max_pool2d's for equal
 cells) and gives a result in its memory format; a 3-D one (channels-last-3d or any other) by
-pool3d.cl's, with C-contiguous results as ATen's; its backward's gather (a GPU's) reads
-grad_output and indices through their strides, while a CPU's kernel per plane takes them
-copied C-contiguous (a gather over the input read through strides ran 10-25x slower on this
-project's CPU). Indices are flat in the input plane or volume: (d * H + h) * W + w, as
-ATen's."""
+pool3d.cl's, with C-contiguous results as ATen's; its backward's gather (a GPU's, and a
+CPU's where no kernel per plane runs) reads grad_output and indices through their strides,
+a CPU's kernel per plane takes them copied C-contiguous. Indices are flat in the input
+plane or volume: (d * H + h) * W + w, as ATen's."""
 
 from __future__ import annotations
 
@@ -54,13 +53,9 @@ def _fold(a: cla.Array | np.ndarray) -> cla.Array | np.ndarray:
     )
 
 
-def _view_strides(p: Planner, view: str, i: int, rank: int) -> dict[str, int]:
-    """Input i's element strides as a 5-D view `view` (VIEW3D): (N, C) and (D, H, W), an
-    axis the array lacks of stride 0."""
-    strides = p.strides[i]
-    batch, spatial = strides[: len(strides) - rank], strides[len(strides) - rank :]
-    padded = (0,) * (2 - len(batch)) + batch + (0,) * (3 - rank) + spatial
-    return {f"{view}_{axis}": v for axis, v in zip(pool3d.AXES, padded, strict=True)}
+def _span(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """1 + the largest element offset of a view of `shape` and (non-negative) `strides`."""
+    return 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
 
 
 def _extents(volume: tuple[int, int, int], cells: tuple[int, int, int]) -> tuple[int, ...]:
@@ -259,11 +254,9 @@ def _plan_backward(
         p.arrays = [_fold(a) if i != 1 else a for i, a in enumerate(p.arrays)]
         return p.plan("grad_out", None, "indices")
     # the gather's offsets within a plane's views of grad_output and indices too
-    spans = tuple(1 + sum((n_ - 1) * s for n_, s in zip(a.shape[-rank:], p.strides[i][-rank:],
-                                                          strict=True))
-                  for i, a in ((0, grad), (2, indices)))  # fmt: skip
-    p.specialize("adaptive_max_pool_backward", _extents((d, h, w), (od, oh, ow)) + spans,
-                 planes=n * c, row=w)  # fmt: skip
+    reach = tuple(_span(p.arrays[i].shape[-rank:], p.strides[i][-rank:]) for i in (0, 2))
+    p.specialize("adaptive_max_pool_backward", _extents((d, h, w), (od, oh, ow)) + reach,
+                 planes=n * c)  # fmt: skip
     p.cell_bounds(d, h, w, od, oh, ow)
     sizes: Scalars = dict(D=d, H=h, W=w, OD=od, OH=oh, OW=ow)
     # A CPU's plane per work-item, where cells do not outnumber the input's elements:
@@ -273,10 +266,11 @@ def _plan_backward(
         p.step_strided("adaptive_max_pool2d_backward_strided", views, H=h, W=w, OH=oh, OW=ow)
     elif n * c and p.by_plane and od * oh * ow <= d * h * w:
         p.step("adaptive_max_pool_backward_plane", (n * c,), local=(1,), **sizes)
-    elif n * c:  # grad_output and indices read as they are
+    elif n * c:  # grad_output and indices read as they are, grad_x stored in rows
         p.as_is = True
-        sizes.update(_view_strides(p, "grad_out", 0, rank), C=c)
-        sizes.update(_view_strides(p, "indices", 2, rank))
+        p.pack_rows(w, views=True)
+        sizes.update(pool3d._view_strides(p, "grad_out", 0, rank), C=c)
+        sizes.update(pool3d._view_strides(p, "indices", 2, rank))
         _step(p, "adaptive_max_pool_backward", -(-w // p.cols), h, d, n * c, **sizes)
     if not p.as_is:  # grad_output and indices, output-sized, copied (x: its shape only)
         p.arrays = [_fold(a) if i != 1 else a for i, a in enumerate(p.arrays)]

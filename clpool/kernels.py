@@ -27,7 +27,8 @@ def _ints(*names: str) -> tuple[tuple[str, str], ...]:
 
 # The argument lists of kernels_cl/*.cl, in order (tests/test_kernels.py reads the .cl
 # files and holds the two to each other). A kernel and its `_plane` twin take the same
-# (but adaptive_avg_pool3d_backward_plane, which reads grad_out through its strides).
+# (but adaptive_avg_pool3d_backward_plane, which reads grad_out through its strides, and
+# adaptive_max_pool_backward, whose twin reads grad_out and indices C-contiguous).
 _MAX_SIZES = _ints("H", "W", "OH", "OW", "kh", "kw", "sh", "sw", "ph", "pw", "dh", "dw")
 _AVG_SIZES = _ints(
     "H", "W", "OH", "OW", "kh", "kw", "sh", "sw", "ph", "pw", "count_include_pad",
@@ -206,14 +207,18 @@ _SIGNATURES.update({
 
 
 def _view3d(name: str, offset: bool = True) -> tuple[tuple[str, str], ...]:
-    """The element offset (an input's) and strides of a 3-D _strided kernel's 5-D view."""
+    """The element offset (an input's) and strides of a 5-D view (VIEW3D): the 3-D
+    _strided kernels', adaptive_max_pool_backward's."""
     axes = ("sn", "sc", "sd", "sh", "sw")
     return tuple((f"{name}_{axis}", LONG) for axis in ("offset",) * offset + axes)
 
 
-# The adaptive max backward's gather reads grad_out and indices as 5-D views.
-_SIGNATURES["adaptive_max_pool_backward"] += (*_view3d("grad_out"), *_view3d("indices"),
-                                             *_ints("C"))  # fmt: skip
+# The adaptive max backward's gather reads grad_out and indices as 5-D views (its _plane
+# twin, above, as they are copied: C-contiguous).
+_SIGNATURES["adaptive_max_pool_backward"] = (
+    *_SIGNATURES["adaptive_max_pool_backward_plane"], *_view3d("grad_out"), *_view3d("indices"),
+    *_ints("C"),
+)  # fmt: skip
 
 # The 3-D _strided kernels (kernels_cl/pool3d.cl).
 _STRIDED3D_FORWARD = (*_view3d("x"), *_view3d("out", offset=False), *_ints("C", "channels_inner"))

@@ -311,12 +311,14 @@ class Planner:
         if row is not None:
             self.pack_rows(row)
 
-    def pack_rows(self, row: int) -> None:
+    def pack_rows(self, row: int, views: bool = False) -> None:
         """On a GPU, tile rows of float32 or bfloat16 stored 2 or 4 at a time where that
         divides the tile's columns and the `row` length (clpool.h's STORE_COLS); not for a
-        strided input, whose _strided kernels store through their own strides."""
+        strided input, whose _strided kernels store through their own strides, unless the
+        kernel reads it as a view (`views`) and stores its tiles' rows all the same."""
         packs = is_bfloat16(self.dtype) or self.dtype == np.float32
-        if packs and self.gpu and not self.strided and self.family in TILED_FAMILIES:
+        plain = views or not self.strided
+        if packs and self.gpu and plain and self.family in TILED_FAMILIES:
             pack = next((n for n in (4, 2) if self.cols % n == 0 and row % n == 0), None)
             self.options += (f"-DCLPOOL_PACK={pack}",) if pack else ()
 

@@ -191,7 +191,8 @@ class Policy:
         self, device: cl.Device, family: str, stride1: bool, backward: bool = False
     ) -> tuple[int, int]:
         """(rows, pixels along W) of elements per work-item of a channels-last _strided
-        kernel of `family` ("max" or "avg"; `stride1`: its window's stride is 1) that takes
+        kernel of `family` ("max", "avg", "max3d", "avg3d" or "adaptive3d"; `stride1`: its
+        window's stride is 1) that takes
         a tile: a forward's outputs, or a `backward`'s gradients. On the H200, k3 s1 of
         [128,64,128,128]: max 763 -> 505 us with (2, 4), avg 756 -> 352 us with (2, 2);
         forwards of stride 2 gained nothing from tiles. The backward's (2, 2), k3 s2 of

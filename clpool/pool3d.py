@@ -194,10 +194,13 @@ def _tile(p: Planner, name: str, c: int, w: int, channels: list[int]) -> tuple[i
 AXES = ("sn", "sc", "sd", "sh", "sw")
 
 
-def _view_strides(p: Planner, view: str, i: int) -> dict[str, int]:
-    """Input i's element strides as the arguments of a 3-D kernel's view `view`."""
-    strides = (0,) * (5 - p.arrays[i].ndim) + p.strides[i]
-    return {f"{view}_{axis}": v for axis, v in zip(AXES, strides, strict=True)}
+def _view_strides(p: Planner, view: str, i: int, rank: int = 3) -> dict[str, int]:
+    """Input i's element strides as the arguments of a 5-D view `view` (VIEW3D) of its
+    batch and channel axes and its `rank` spatial ones: an axis it lacks of stride 0."""
+    strides = p.strides[i]
+    batch, spatial = strides[: len(strides) - rank], strides[len(strides) - rank :]
+    padded = (0,) * (2 - len(batch)) + batch + (0,) * (3 - rank) + spatial
+    return {f"{view}_{axis}": v for axis, v in zip(AXES, padded, strict=True)}
 
 
 def _step_strided(

@@ -11,9 +11,9 @@
 
 /* The arithmetic of the work-item layout, and of the cell bounds worked out from one
  * division (a row's or a column's floor and ceiling): unsigned 32-bit unless the host
- * passes -DCLPOOL_LARGE_PLANE (it does where an axis's size times its output's size, or a
- * volume, reaches 2^31), since GPUs emulate 64-bit division in a long sequence of
- * instructions. */
+ * passes -DCLPOOL_LARGE_PLANE (it does where an axis's size times its output's size, a
+ * volume, or the span of a backward's view of a plane reaches 2^31), since GPUs emulate
+ * 64-bit division in a long sequence of instructions. */
 #ifdef CLPOOL_LARGE_PLANE
 typedef ulong bound_t;
 #else
@@ -87,7 +87,9 @@ __kernel void adaptive_max_pool_forward(__global const elem_t *restrict x,
  * such cell is loaded and a mismatch adds 0 (g never is -0), so that the loads of a row
  * issue together rather than each after its index. grad_out and indices are read through
  * their strides as 5-D views (clpool.h's VIEW3D; a channels-last-3d one without a copy
- * first, which took longer than this kernel on an H100), plane p being (p / C, p % C). */
+ * first, which took longer than this kernel on an H100), plane p being (p / C, p % C): a
+ * division per work-item, which a CPU pays too where it runs this kernel (a plane per
+ * work-item where it can). */
 #define ADAPTIVE_MAX_VIEW_SIZES VIEW3D(grad_out), VIEW3D(indices), int C
 __kernel void adaptive_max_pool_backward(__global const elem_t *restrict grad_out,
                                          __global const index_t *restrict indices,

@@ -560,8 +560,9 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
     SUM_SHARES3D_ROWS(g, acc_t, CLPOOL_ROWS, ih, GRAD, plus_zero)
 #undef GRAD
     pos_t at = ((pos_t)id * H + ih) * W + iw;
-    for (int r = 0; r < rows; ++r)
-        STORE(grad_x, volume * D * H * W + at + (pos_t)r * W, g[r]);
+    UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
+        if (r < rows)
+            STORE(grad_x, volume * D * H * W + at + (pos_t)r * W, g[r]);
 }
 
 /* ---- The 3-D _strided kernels: inputs of any 5-D strides and offset, results written

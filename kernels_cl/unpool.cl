@@ -1,12 +1,13 @@
 /* Max unpooling in 1-D, 2-D and 3-D: planes are flat, IP input positions and OP output
  * positions each, and indices are flat in the output plane. One work-item per element,
  * dimension 0 along the plane (coalesced loads of x and indices), dimension 2 the
- * (batch, channel) planes. Where two inputs name one output, the later input wins, as on
- * PyTorch's CPU: an owner map holds, per output, the largest input position that names
- * it (atomic_max on 32-bit ints, core OpenCL 1.1), and only that input writes. An index
- * outside [0, OP) is skipped and sets flag[0]. Where every index lies in its input's
- * window, max_unpool_window gathers instead, with no owner map and no atomics; where the
- * windows also tile the output, max_unpool_tile writes each output from its one owner. */
+ * (batch, channel) planes (the gather's: the batch, its channel along dimension 1). Where
+ * two inputs name one output, the later input wins, as on PyTorch's CPU: an owner map
+ * holds, per output, the largest input position that names it (atomic_max on 32-bit ints,
+ * core OpenCL 1.1), and only that input writes. An index outside [0, OP) is skipped and
+ * sets flag[0]. Where every index lies in its input's window, max_unpool_window gathers
+ * instead, with no owner map and no atomics; where the windows also tile the output,
+ * max_unpool_tile writes each output from its one owner. */
 
 #include "clpool.h"
 

@@ -308,8 +308,8 @@ def test_backward_argument_errors(device):
 
 
 def test_a_5d_device_view_of_any_strides_is_read_as_it_is(launched):
-    """A view no copy of four axes could take: the forward's _strided kernel; the backward,
-    whose gradient and indices are copied, reads the view for its shape only."""
+    """A view no copy of four axes could take: the forward's _strided kernel; the backward
+    reads the view for its shape only."""
     queue = clpool.default_queue()
     rng = np.random.default_rng(23)
     base = cla.to_device(queue, rng.standard_normal((3, 4, 5, 6, 7)).astype(np.float32))
@@ -363,6 +363,37 @@ def test_the_gather_reads_gradients_and_indices_of_any_strides(launched, gpu):
                     got = clpool.adaptive_max_pool3d_backward(gv, x, iv).get()
                 assert same_bits(got, want), (shape, as_grad, as_indices, index.dtype)
                 assert [name for name, _ in launched] == ["adaptive_max_pool_backward"]
+
+
+def test_the_gathers_views_decide_64_bit_offsets_and_keep_packed_rows(monkeypatch,
+                                                                      build_options):
+    """How far a plane's view of grad_output or of the indices reaches (1 + its largest
+    offset) is among the extents that decide 64-bit offsets in the gather: every 7th column
+    of a wider array reaches 7 times further; and a GPU's gather of NDHWC views still
+    stores its rows of the C-contiguous gradient packed."""
+    from clpool import launch, plans
+
+    extents = []
+    specialize = plans.Planner.specialize
+    monkeypatch.setattr(plans.Planner, "specialize", lambda self, name, ext, *a, **k: (
+        extents.append(ext), specialize(self, name, ext, *a, **k))[1])  # fmt: skip
+    queue = clpool.default_queue()
+    x = data(np.random.default_rng(31), (2, 4, 3, 5, 8), special=True)
+    _, idx = F.adaptive_max_pool3d(torch.from_numpy(x), (2, 3, 4), return_indices=True)
+    g = np.ones(idx.shape, np.float32)
+    wide = np.zeros(idx.shape[:-1] + (7 * idx.shape[-1],), np.int64)
+    wide[..., ::7] = idx.numpy()
+    iv = cla.to_device(queue, wide)[..., ::7]
+    with policy.use(gpu=True, per_plane=False):
+        got = clpool.adaptive_max_pool3d_backward(g, x, iv).get()
+    assert same_bits(got, aten.adaptive_max_pool3d_backward(torch.from_numpy(g),
+                                                            torch.from_numpy(x), idx).numpy())
+    assert 1 + (2 - 1) * 3 * 28 + (3 - 1) * 28 + (4 - 1) * 7 in extents[-1]
+    ndhwc = [launch.channels_last_array(queue, a) for a in (g, idx.numpy())]
+    build_options.clear()
+    with policy.use(gpu=True, per_plane=False):
+        clpool.adaptive_max_pool3d_backward(*ndhwc[:1], x, *ndhwc[1:])
+    assert any("-DCLPOOL_PACK=4" in options for options in build_options), build_options
 
 
 # ---------------------------------------------------------------- clpool.torch

@@ -623,6 +623,7 @@ def test_channels_last_inputs_are_read_as_they_lie(spatial, gpu, launched, devic
 
     local, built = [], []
     run = launch.run
+
     def spy(plan, *a):
         local.extend(s.local_size for s in plan.steps)
         built.extend((s.name, _options(s.kernel)) for s in plan.steps)
