@@ -532,8 +532,10 @@ def test_a_gpus_ndhwc_average_stores_through_a_tile(dtype, c, w, launch_sizes):
             got_grad = getattr(clpool, f"{name}_backward")(g.numpy(), x.numpy(), *backward_args)
         assert got.flags.c_contiguous and same_bits(got, np.ascontiguousarray(y.detach())), args
         assert got_grad.flags.c_contiguous and same_bits(got_grad, xt.grad.numpy()), args
-        # avg_pool3d_backward's work-items take 4 rows each (policy.nhwc_tile's "avg3d")
-        rows = (1, 4 if name == "avg_pool3d" else 1)
+        # the backward's work-items take rows (policy.nhwc_tile's "avg3d", "adaptive3d")
+        with policy.use(gpu=True) as pol:
+            family = "avg3d" if name == "avg_pool3d" else "adaptive3d"
+            rows = (1, pol.nhwc_tile(default_queue().device, family, False, backward=True)[0])
         for (n, _, d, h, w_), size, r in zip([y.shape, x.shape], sizes[-2:], rows, strict=True):
             ty = min(128 // tx, 1 << (w_ - 1).bit_length())  # along W
             assert size == (-(-c // (4 * tx)) * tx, -(-w_ // ty) * ty, n * d * -(-h // r)), args
