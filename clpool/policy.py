@@ -192,8 +192,8 @@ class Policy:
     ) -> tuple[int, int]:
         """(rows, pixels along W) of elements per work-item of a channels-last _strided
         kernel of `family` ("max", "avg", "max3d", "avg3d" or "adaptive3d"; `stride1`: its
-        window's stride is 1) that takes
-        a tile: a forward's outputs, or a `backward`'s gradients. On the H200, k3 s1 of
+        window's stride is 1) that takes a tile: a forward's outputs, or a `backward`'s
+        gradients. On the H200, k3 s1 of
         [128,64,128,128]: max 763 -> 505 us with (2, 4), avg 756 -> 352 us with (2, 2);
         forwards of stride 2 gained nothing from tiles. The backward's (2, 2), k3 s2 of
         [32,64,112,112]: max 110.7 -> 62.0 us, avg 103.8 -> 47.1 us. The 3-D backward ops
