@@ -208,11 +208,7 @@ class Policy:
         if not self.on_gpu(device):
             return (1, 1)
         if backward:
-            rows, pixels = {"avg3d": (4, 1), "adaptive3d": (8, 1)}.get(family, (2, 2))
-            # a CPU planned as a GPU (tests, the canary): PoCL's build time doubles with
-            # each row of the tile's barriers (8 rows: minutes)
-            gpu = bool(device.type & cl.device_type.GPU)
-            return (rows if gpu else min(rows, 4)), pixels
+            return {"avg3d": (4, 1), "adaptive3d": (8, 1)}.get(family, (2, 2))
         if not stride1:
             return (1, 1)
         return (2, 4) if family == "max" else (2, 2)

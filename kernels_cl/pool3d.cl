@@ -674,21 +674,25 @@ inline void store_tile3d(__global elem_t *p, __local acc_t *tile, acc4_t v, int 
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 /* Stores the lanes r of voxel v, at row h, of result view `out`, of C channels and W
- * elements along W: through the tile. */
-#define STORE_VOXEL(out, v, h, r, lanes, C, W)                                      \
+ * elements along W, where `live` (the same in a work-group): through the tile, whose
+ * barriers every work-item reaches either way (PoCL 3.1's work-groups never ended where a
+ * whole group skipped them: a backward's last rows past H, in an unrolled loop). */
+#define STORE_VOXEL_IF(live, out, v, h, r, lanes, C, W)                             \
     store_tile3d(out, tile, r, get_local_id(0), get_local_id(1),                    \
                  AT3D_OUT(out, v.n, v.c - 4 * (int)get_local_id(0), v.d, h,          \
                           v.w - (int)get_local_id(1)),                              \
-                 out##_sc, out##_sw, C - v.c + 4 * (int)get_local_id(0),            \
+                 out##_sc, out##_sw, (live) ? C - v.c + 4 * (int)get_local_id(0) : 0, \
                  (W) - v.w + (int)get_local_id(1))
 #else
 #define TILE3D_DECLARE() (void)0
 #define TILED_VOXEL(v, C, D, H, W, rows)                                            \
     STRIDED_TILE(v, C, D, H, W, rows, 1);                                           \
     const int v##_inside = 1, lanes = lanes_of(channels_inner)
-#define STORE_VOXEL(out, v, h, r, lanes, C, W)                                      \
-    store_lanes(out, AT3D_OUT(out, v.n, v.c, v.d, h, v.w), r, lanes, 0)
+#define STORE_VOXEL_IF(live, out, v, h, r, lanes, C, W)                             \
+    if (live)                                                                       \
+        store_lanes(out, AT3D_OUT(out, v.n, v.c, v.d, h, v.w), r, lanes, 0)
 #endif
+#define STORE_VOXEL(out, v, h, r, lanes, C, W) STORE_VOXEL_IF(1, out, v, h, r, lanes, C, W)
 
 /* Fold tap v at `at` into (best, best_i) in one lane: NaN wins (the last NaN keeps its
  * index), ties keep the first tap; the caller starts best_i at the window's first tap
@@ -1048,8 +1052,7 @@ __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_o
                 }
     }
     UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
-        if (r < rows)
-            STORE_VOXEL(grad_x, e, e.h + r, g[r], lanes, C, W);
+        STORE_VOXEL_IF(r < rows, grad_x, e, e.h + r, g[r], lanes, C, W);
 }
 
 /* Declares xp (the (n, c) volume of x of output voxel o) and the bounds [d0, d1) x [h0, h1)
@@ -1168,8 +1171,7 @@ __kernel void adaptive_avg_pool3d_backward_strided(__global const elem_t *restri
 #undef GRAD
     }
     UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
-        if (r < rows)
-            STORE_VOXEL(grad_x, e, e.h + r, g[r], lanes, C, W);
+        STORE_VOXEL_IF(r < rows, grad_x, e, e.h + r, g[r], lanes, C, W);
 }
 
 /* adaptive_max_pool3d_forward (adaptive_max_pool.cl) for an input of any strides, out and

@@ -511,10 +511,11 @@ def test_a_gpus_ndhwc_average_stores_through_a_tile(dtype, c, w, launch_sizes):
     channels a work-item, no more than C and W need, and store through local memory:
     PyTorch CPU's bits for tiles that the channels and W fill, half fill and overfill,
     views with offsets, overlapping windows, padding, ceil mode, count_include_pad off, a
-    divisor override and unequal cells."""
+    divisor override and unequal cells; the backward's last rows of a work-item past H
+    (their tile's barriers reached all the same)."""
     sizes = launch_sizes
     rng = np.random.default_rng(4000 + c + w)
-    full = torch.from_numpy(data(rng, (2, c, 5, 4, w + 2), dtype)).contiguous(memory_format=CL3D)
+    full = torch.from_numpy(data(rng, (2, c, 5, 6, w + 2), dtype)).contiguous(memory_format=CL3D)
     x = full[..., 1:-1]  # an offset, and strides that are not dense
     xa = launch.channels_last_array(default_queue(), full.numpy())[..., 1:-1]
     tx = min(pool3d.TILE[0], 1 << (c // 4 - 1).bit_length())  # work-items along C
