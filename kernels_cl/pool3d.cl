@@ -502,27 +502,15 @@ __kernel void adaptive_avg_pool3d_forward(__global const elem_t *restrict x,
           sum / (acc_t)(d1 - d0) / (acc_t)(h1 - h0) / (acc_t)(w1 - w0));
 }
 
-/* g = the sum, in output order, of each cell's share LOADED(od, oh, ow) / depth / rows /
- * columns over the cells [od0, od1) x [oh0, oh1) x [ow0, ow1) (PyTorch CPU's shares and
- * order), each through PLUS_ZERO (as adaptive_pool.cl's SUM_SHARES in 2-D). */
-#define SUM_SHARES3D(g, LOADED, PLUS_ZERO)                                          \
-    for (int od = od0; od < od1; ++od) {                                            \
-        acc_t depth = (acc_t)(cell_end(od, D, OD) - cell_start(od, D, OD));         \
-        for (int oh = oh0; oh < oh1; ++oh) {                                        \
-            acc_t rows = (acc_t)(cell_end(oh, H, OH) - cell_start(oh, H, OH));      \
-            for (int ow = ow0; ow < ow1; ++ow) {                                    \
-                acc_t cols = (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW));  \
-                g += PLUS_ZERO(LOADED(od, oh, ow) / depth / rows / cols);           \
-            }                                                                       \
-        }                                                                           \
-    }
-
-/* SUM_SHARES3D for the ROWS rows from h on of a column of a depth (those inside the volume)
- * into g[ROWS] (each declared 0, of type T): each cell reaching them loaded and divided
- * once, its share added to the rows it holds, so that each row's sum is SUM_SHARES3D's (on
- * an H100, NDHWC [8,64,16,56,56] from 7x7x7: 212 us a row, 90 with 4, 77 with 8; the
- * divisions, three a cell, had cost more than the memory). od0, od1, ow0, ow1 in scope. */
-#define SUM_SHARES3D_ROWS(g, T, ROWS, h, LOADED, PLUS_ZERO)                         \
+/* g[r] = the sum, in output order, of each cell's share LOADED(od, oh, ow) / depth / rows /
+ * columns over the cells holding element (d, h + r, w) of a column, for the ROWS rows from
+ * h on (those inside the volume; g[ROWS] of type T, each declared 0), each through
+ * PLUS_ZERO: PyTorch CPU's shares and order (as adaptive_pool.cl's SUM_SHARES in 2-D).
+ * Each cell reaching the rows is loaded and divided once, its share added to the rows it
+ * holds (on an H100, NDHWC [8,64,16,56,56] from 7x7x7: 212 us a row, 90 with 4, 77 with
+ * 8; the divisions, three a cell, had cost more than the memory). The cells [od0, od1) of
+ * d and [ow0, ow1) of w in scope. */
+#define SUM_SHARES3D(g, T, ROWS, h, LOADED, PLUS_ZERO)                         \
     for (int od = od0; od < od1; ++od) {                                            \
         acc_t depth = (acc_t)(cell_end(od, D, OD) - cell_start(od, D, OD));         \
         int oh1 = cell_end(min((h) + (ROWS), H) - 1, OH, H);                        \
@@ -539,7 +527,7 @@ __kernel void adaptive_avg_pool3d_forward(__global const elem_t *restrict x,
     }
 
 /* grad_x[e] = sum, in ascending output order, of grad_out / depth / rows / columns of
- * each cell containing e; CLPOOL_ROWS rows of a column per work-item (SUM_SHARES3D_ROWS). */
+ * each cell containing e; CLPOOL_ROWS rows of a column per work-item (SUM_SHARES3D). */
 __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_out,
                                            __global elem_t *restrict grad_x,
                                            ADAPTIVE_POOL3D_SIZES)
@@ -557,7 +545,7 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
     UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
         g[r] = 0;
 #define GRAD(od, oh, ow) LOAD(gp, ((pos_t)(od) * OH + (oh)) * OW + (ow))
-    SUM_SHARES3D_ROWS(g, acc_t, CLPOOL_ROWS, ih, GRAD, plus_zero)
+    SUM_SHARES3D(g, acc_t, CLPOOL_ROWS, ih, GRAD, plus_zero)
 #undef GRAD
     pos_t at = ((pos_t)id * H + ih) * W + iw;
     UNROLL for (int r = 0; r < CLPOOL_ROWS; ++r)
@@ -1130,33 +1118,32 @@ __kernel void adaptive_avg_pool3d_backward_strided(__global const elem_t *restri
     if (channels_inner == 16) {
         SPLIT_ROW(get_global_id(2), H, nd, h);
         SPLIT_ROW(nd, D, n, d);
-        int od0, od1, oh0, oh1, ow0, ow1;
+        int od0, od1, ow0, ow1;
         cells_at(d, D, OD, &od0, &od1);
-        cells_at(h, H, OH, &oh0, &oh1);
         __global const elem_t *gp = grad_out + AT3D(grad_out, n, 0, 0, 0, 0);
         int2 ch = row16_channels(C);
         for (int c = ch.x; c < ch.y; c += 16) {
             long at = AT3D_OUT(grad_x, n, c, d, h, 0);
             acc_t block[16 * 16];
-            acc16_t g = 0;
+            acc16_t g[1];
             /* the shares are worked out once for each run of columns in the same cells */
             for (int w = 0, next = 0; w < W; ++w, at += grad_x_sw) {
                 if (w == next) {
                     next = cells_at(w, W, OW, &ow0, &ow1);
-                    g = 0;
+                    g[0] = 0;
 #define GRAD(od, oh, ow) LOAD16(gp, IN_VOLUME(grad_out, od, oh, ow) + c)
 #define AS_IS(v) (v) /* a -0 share leaves +0 on a CPU: no plus_zero */
-                    SUM_SHARES3D(g, GRAD, AS_IS)
+                    SUM_SHARES3D(g, acc16_t, 1, h, GRAD, AS_IS)
 #undef AS_IS
 #undef GRAD
                 }
-                store16_channels(grad_x, at, grad_x_sc, grad_x_sw, w, W, g, block);
+                store16_channels(grad_x, at, grad_x_sc, grad_x_sw, w, W, g[0], block);
             }
         }
         return;
     }
 #endif
-    /* CLPOOL_CL_ROWS rows a work-item (SUM_SHARES3D_ROWS) */
+    /* CLPOOL_CL_ROWS rows a work-item (SUM_SHARES3D) */
     TILED_VOXEL(e, C, D, H, W, CLPOOL_CL_ROWS);
     int rows = min(CLPOOL_CL_ROWS, H - e.h); /* the same in a work-group */
     acc4_t g[CLPOOL_CL_ROWS];
@@ -1167,7 +1154,7 @@ __kernel void adaptive_avg_pool3d_backward_strided(__global const elem_t *restri
         int od0 = cell_start(e.d, OD, D), od1 = cell_end(e.d, OD, D),
             ow0 = cell_start(e.w, OW, W), ow1 = cell_end(e.w, OW, W);
 #define GRAD(od, oh, ow) load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0)
-        SUM_SHARES3D_ROWS(g, acc4_t, CLPOOL_CL_ROWS, e.h, GRAD, plus_zero4)
+        SUM_SHARES3D(g, acc4_t, CLPOOL_CL_ROWS, e.h, GRAD, plus_zero4)
 #undef GRAD
     }
     UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
