@@ -510,7 +510,7 @@ __kernel void adaptive_avg_pool3d_forward(__global const elem_t *restrict x,
  * holds (on an H100, NDHWC [8,64,16,56,56] from 7x7x7: 212 us a row, 90 with 4, 77 with
  * 8; the divisions, three a cell, had cost more than the memory). The cells [od0, od1) of
  * d and [ow0, ow1) of w in scope. */
-#define SUM_SHARES3D(g, T, ROWS, h, LOADED, PLUS_ZERO)                         \
+#define SUM_SHARES3D(g, T, ROWS, h, LOADED, PLUS_ZERO)                              \
     for (int od = od0; od < od1; ++od) {                                            \
         acc_t depth = (acc_t)(cell_end(od, D, OD) - cell_start(od, D, OD));         \
         int oh1 = cell_end(min((h) + (ROWS), H) - 1, OH, H);                        \
