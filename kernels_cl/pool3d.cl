@@ -629,8 +629,8 @@ inline int lanes_of(int channels_inner) { return channels_inner == 4 ? 4 : 1; }
  * innermost, so that both the loads and the stores are coalesced. TILE3D_DECLARE declares
  * the tile, at the kernel's outermost scope; TILED_VOXEL declares voxel v (the first of
  * `rows` along H), v_inside and the lanes (4), without returning past the result (every
- * work-item reaches the barriers: the rows of a work-group are the same). Without a tile
- * they are nothing and STRIDED_TILE with v_inside 1. */
+ * work-item reaches the barriers: STORE_VOXEL_IF). Without a tile they are nothing and
+ * STRIDED_TILE with v_inside 1. */
 #ifdef CLPOOL_TILE3D_X
 #define TILE3D_DECLARE() __local acc_t tile[4 * CLPOOL_TILE3D_X * (CLPOOL_TILE3D_Y + 1)]
 #define TILED_VOXEL(v, C, D, H, W, rows)                                            \
@@ -677,8 +677,10 @@ inline void store_tile3d(__global elem_t *p, __local acc_t *tile, acc4_t v, int 
     STRIDED_TILE(v, C, D, H, W, rows, 1);                                           \
     const int v##_inside = 1, lanes = lanes_of(channels_inner)
 #define STORE_VOXEL_IF(live, out, v, h, r, lanes, C, W)                             \
-    if (live)                                                                       \
-        store_lanes(out, AT3D_OUT(out, v.n, v.c, v.d, h, v.w), r, lanes, 0)
+    do {                                                                            \
+        if (live)                                                                   \
+            store_lanes(out, AT3D_OUT(out, v.n, v.c, v.d, h, v.w), r, lanes, 0);    \
+    } while (0)
 #endif
 #define STORE_VOXEL(out, v, h, r, lanes, C, W) STORE_VOXEL_IF(1, out, v, h, r, lanes, C, W)
 
