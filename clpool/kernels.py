@@ -40,6 +40,8 @@ _UNPOOL_SIZES = (
     ("IP", LONG), ("OP", LONG), ("C", INT),
     *((f"{view}_{axis}", LONG) for view in ("in", "idx", "out") for axis in ("sn", "sc", "step")),
 )  # fmt: skip
+# unpool.cl's fast paths: values and indices in, the output and the queue's flag
+_UNPOOL_BUFFERS = (("x", GLOBAL), ("indices", GLOBAL), ("out", GLOBAL), ("flag", GLOBAL))
 _UNPOOL_WINDOW_SIZES = _ints(
     "ID", "IH", "IW", "OD", "OH", "OW", "kd", "kh", "kw", "sd", "sh", "sw", "pd", "ph", "pw"
 )  # unpool.cl: the window gather's axes
@@ -73,29 +75,14 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
         ("scratch", LOCAL),
     ),
     "adaptive_avg_pool2d_plane": (("x", GLOBAL), ("out", GLOBAL), ("HW", LONG)),
-    "max_unpool_window": (
-        ("x", GLOBAL),
-        ("indices", GLOBAL),
-        ("out", GLOBAL),
-        ("flag", GLOBAL),
-        *_UNPOOL_SIZES,
-        *_UNPOOL_WINDOW_SIZES,
-    ),
+    "max_unpool_window": (*_UNPOOL_BUFFERS, *_UNPOOL_SIZES, *_UNPOOL_WINDOW_SIZES),
     "max_unpool_tile": (
-        ("x", GLOBAL),
-        ("indices", GLOBAL),
-        ("out", GLOBAL),
-        ("flag", GLOBAL),
+        *_UNPOOL_BUFFERS,
         *_UNPOOL_SIZES,
-        *_ints("IH", "IW", "OH", "OW"),
+        *_ints("ID", "IH", "IW", "OD", "OH", "OW"),
     ),
-    "max_unpool_plane": (
-        ("x", GLOBAL),
-        ("indices", GLOBAL),
-        ("out", GLOBAL),
-        ("flag", GLOBAL),
-        *_UNPOOL_SIZES,
-    ),
+    "max_unpool_tile_rows": (*_UNPOOL_BUFFERS, *_UNPOOL_SIZES, *_ints("IH", "IW", "OH", "OW")),
+    "max_unpool_plane": (*_UNPOOL_BUFFERS, *_UNPOOL_SIZES),
     "max_unpool_clear": (("out", GLOBAL), ("owner", GLOBAL), ("flag", GLOBAL), *_UNPOOL_SIZES),
     "max_unpool_claim": (("indices", GLOBAL), ("owner", GLOBAL), ("flag", GLOBAL), *_UNPOOL_SIZES),
     "max_unpool_scatter": (
@@ -153,7 +140,6 @@ for _name in ("max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward",
               "avg_pool2d_backward", "adaptive_avg_pool2d_backward"):  # fmt: skip
     _SIGNATURES[f"{_name}_plane"] = _SIGNATURES[_name]
 _SIGNATURES["adaptive_max_pool_backward_plane"] = _SIGNATURES["adaptive_max_pool_backward"]
-_SIGNATURES["max_unpool_tile_rows"] = _SIGNATURES["max_unpool_tile"]
 for _name in (
     "max_pool3d_forward",
     "max_pool3d_backward",

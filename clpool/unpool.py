@@ -191,10 +191,10 @@ def _gathers(spatial: int, window: Window, op: int) -> bool:
 
 
 def _tiles(spatial: int, window: Window) -> bool:
-    """Whether the windows tile the output (1-D and 2-D): kernel size = stride, no
-    padding, so that each output lies in one input's window at most."""
+    """Whether the windows tile the output: kernel size = stride, no padding, so that each
+    output lies in one input's window at most."""
     k, s, p = _window(spatial, *window[:3])
-    return spatial < 3 and k == s and not any(p)
+    return k == s and not any(p)
 
 
 def _axes(sizes: tuple[int, ...], out_sizes: tuple[int, ...], window: Window) -> Scalars:
@@ -236,19 +236,22 @@ def _plan_forward(
     axes = _axes(tuple(p.arrays[0].shape[-spatial:]), out_shape[-spatial:], window)
     tiles = gather and _tiles(spatial, window)  # then stride = kernel size > 0
     # the tile kernels' window, and their sizes
-    tile = (f"-DCLPOOL_UNPOOL_SH={axes['sh']}", f"-DCLPOOL_UNPOOL_SW={axes['sw']}")
-    sizes = {name: axes[name] for name in ("IH", "IW", "OH", "OW")}
-    if planes and op and tiles and last and not p.gpu:
-        # a CPU's channels-last tiles: rows of owners, each run of up to 256 channels
+    tile = tuple(f"-DCLPOOL_UNPOOL_S{axis}={axes[f's{axis.lower()}']}" for axis in "DHW")
+    sizes = {name: axes[name] for name in ("ID", "IH", "IW", "OD", "OH", "OW")}
+    if planes and op and tiles and last and spatial < 3 and not p.gpu:
+        # a CPU's channels-last tiles (1-D, 2-D): rows of owners, runs of up to 256 channels
         p.options += tile
         rows = planes // c * -(-axes["OH"] // axes["sh"])
+        sizes.pop("ID"), sizes.pop("OD")
         p.step("max_unpool_tile_rows", (-(-c // 256), 1, rows), (1, 1, 1), **views, **sizes)
     elif planes and op and gather and p.policy.by_plane(p.rt.device, p.dtype, planes):
         p.step("max_unpool_plane", (planes,), local=(1,), **views)
     elif planes and op and tiles:
         p.options += tile
         p.rows = p.policy.tile(p.rt.device, "max_unpool_tile")[0]
-        rows = -(-axes["OH"] // axes["sh"])  # rows of owners, the last maybe of none
+        # per depth of owners, blocks of p.rows rows of owners (the last maybe of none)
+        blocks = -(-math.ceil(axes["OH"] / axes["sh"]) // p.rows)
+        rows = -(-axes["OD"] // axes["sd"]) * blocks * p.rows
         columns = -(-axes["OW"] // axes["sw"])  # columns of owners, the last maybe of none
         p.step("max_unpool_tile", (columns, rows, planes), planes_inner=inner, **views, **sizes)
     elif planes and op and gather:

@@ -119,6 +119,7 @@ __kernel void max_unpool_window(__global const elem_t *restrict x,
 
 /* max_unpool_tile's window (its programs only; 1 in the others). */
 #ifndef CLPOOL_UNPOOL_SH
+#define CLPOOL_UNPOOL_SD 1
 #define CLPOOL_UNPOOL_SH 1
 #define CLPOOL_UNPOOL_SW 1
 #endif
@@ -130,54 +131,62 @@ __kernel void max_unpool_window(__global const elem_t *restrict x,
 #define COPY_T acc_t
 #endif
 
-/* The fast path where the windows tile the output plane (1-D and 2-D; kernel size =
- * stride, -DCLPOOL_UNPOOL_SH and -DCLPOOL_UNPOOL_SW, no padding): an output's owner is the
- * one input whose window holds it (none past the last window). One work-item per column
- * of owners (dimension 0) and CLPOOL_ROWS rows of them (dimension 1): each output of an
- * owner's window is the owner's value where its index names that output, else 0. Each
- * work-item checks its owners' indices: flag bit 1 outside the plane, bit 2 outside the
- * window (then the caller runs clear, claim and scatter). */
+/* The fast path where the windows tile the output (kernel size = stride,
+ * -DCLPOOL_UNPOOL_SD, _SH and _SW, 1 on an axis the op lacks; no padding): an output's
+ * owner is the one input whose window holds it (none past the last window). One
+ * work-item per column of owners (dimension 0) and CLPOOL_ROWS rows of them in one depth
+ * (dimension 1: the depth's blocks of rows, depth after depth): each output of an owner's
+ * window is the owner's value where its index names that output, else 0. Each work-item
+ * checks its owners' indices: flag bit 1 outside the plane, bit 2 outside the window
+ * (then the caller runs clear, claim and scatter). */
 __kernel void max_unpool_tile(__global const elem_t *restrict x,
                               __global const index_t *restrict indices,
                               __global elem_t *restrict out, __global int *restrict flag,
-                              UNPOOL_SIZES, int IH, int IW, int OH, int OW)
+                              UNPOOL_SIZES, int ID, int IH, int IW, int OD, int OH, int OW)
 {
-    int ow = (int)get_global_id(0), oh0 = (int)get_global_id(1) * CLPOOL_ROWS;
-    int jw0 = ow * CLPOOL_UNPOOL_SW;
-    if (jw0 >= OW)
+    int blocks = ((OH + CLPOOL_UNPOOL_SH - 1) / CLPOOL_UNPOOL_SH + CLPOOL_ROWS - 1) /
+                 CLPOOL_ROWS; /* blocks of rows of owners in a depth */
+    int ow = (int)get_global_id(0), od = (int)get_global_id(1) / blocks;
+    int oh0 = ((int)get_global_id(1) - od * blocks) * CLPOOL_ROWS;
+    int jw0 = ow * CLPOOL_UNPOOL_SW, jd0 = od * CLPOOL_UNPOOL_SD;
+    if (jw0 >= OW || jd0 >= OD)
         return;
     UNPOOL_PLANE(get_global_id(2));
     index_t at[CLPOOL_ROWS];
     COPY_T v[CLPOOL_ROWS];
     for (int r = 0; r < CLPOOL_ROWS; ++r) { /* the loads first: all in flight at once */
-        int oh = oh0 + r, owned = oh < IH && ow < IW;
-        at[r] = owned ? indices[IDX_AT(oh * IW + ow)] : -1;
-        v[r] = owned ? COPY_LOAD(x, IN_AT(oh * IW + ow)) : (COPY_T)0;
+        int oh = oh0 + r, owned = od < ID && oh < IH && ow < IW;
+        int i = (od * IH + oh) * IW + ow;
+        at[r] = owned ? indices[IDX_AT(i)] : -1;
+        v[r] = owned ? COPY_LOAD(x, IN_AT(i)) : (COPY_T)0;
         if (owned && (at[r] < 0 || (long)at[r] >= OP)) {
             atomic_or((volatile __global int *)flag, 1);
         } else if (owned) {
-            int d = (int)at[r] - oh * CLPOOL_UNPOOL_SH * OW - jw0, inside = 0;
-            for (int u = 0; u < CLPOOL_UNPOOL_SH; ++u) { /* a row past OH: at >= OP */
-                int e = d - u * OW; /* the index's column offset in window row u */
-                inside |= e >= 0 && e < CLPOOL_UNPOOL_SW && jw0 + e < OW;
-            }
+            int d = (int)at[r] - (jd0 * OH + oh * CLPOOL_UNPOOL_SH) * OW - jw0, inside = 0;
+            for (int t = 0; t < CLPOOL_UNPOOL_SD; ++t)
+                for (int u = 0; u < CLPOOL_UNPOOL_SH; ++u) {
+                    int e = d - (t * OH + u) * OW; /* the column offset in window row u */
+                    inside |= e >= 0 && e < CLPOOL_UNPOOL_SW && jw0 + e < OW &&
+                              oh * CLPOOL_UNPOOL_SH + u < OH && jd0 + t < OD;
+                }
             if (!inside)
                 atomic_or((volatile __global int *)flag, 2);
         }
     }
     for (int r = 0; r < CLPOOL_ROWS; ++r)
-        for (int u = 0; u < CLPOOL_UNPOOL_SH; ++u) {
-            int jh = (oh0 + r) * CLPOOL_UNPOOL_SH + u;
-            if (jh >= OH)
-                break;
-            for (int e = 0; e < CLPOOL_UNPOOL_SW && jw0 + e < OW; ++e) {
-                int j = jh * OW + jw0 + e;
-                if (at[r] == j)
-                    COPY_STORE(out, OUT_AT(j), v[r]);
-                else
-                    STORE(out, OUT_AT(j), (acc_t)0);
+        for (int t = 0; t < CLPOOL_UNPOOL_SD && jd0 + t < OD; ++t)
+            for (int u = 0; u < CLPOOL_UNPOOL_SH; ++u) {
+                int jh = (oh0 + r) * CLPOOL_UNPOOL_SH + u;
+                if (jh >= OH)
+                    break;
+                for (int e = 0; e < CLPOOL_UNPOOL_SW && jw0 + e < OW; ++e) {
+                    int j = ((jd0 + t) * OH + jh) * OW + jw0 + e;
+                    if (at[r] == j)
+                        COPY_STORE(out, OUT_AT(j), v[r]);
+                    else
+                        STORE(out, OUT_AT(j), (acc_t)0);
+                }
             }
-        }
 }
 
 /* max_unpool_tile on a CPU where x, the indices and out are channels-last (every view's

@@ -712,7 +712,8 @@ FAMILIES += (unpool_cases,)
 UNPOOL_WINDOWS = [
     ("1d-overlap", (1, 2, 6), 3, 1, 1, None),
     ("2d-pad", (1, 2, 3, 4), 3, 2, 1, (6, 7)),
-    ("3d-run-to-end", (1, 1, 2, 2, 3), 2, None, 0, (5, 4, 7)),
+    ("3d-run-to-end", (1, 1, 2, 2, 3), 3, 2, 1, (4, 3, 6)),
+    ("3d-tile-past-the-windows", (1, 2, 2, 3, 2), 2, None, 0, (5, 7, 4)),  # max_unpool_tile
     ("2d-tile-past-the-windows", (1, 2, 3, 4), 2, None, 0, (7, 9)),  # max_unpool_tile
     ("1d-tile-clipped", (2, 1, 5), 3, None, 0, (14,)),
 ]

@@ -134,9 +134,8 @@ PLANE = ["max_unpool_plane"]
 
 def _as_launched(kernels: list[str], spatial: int, k, s, p) -> list[str]:
     """The kernels of a fast-path list that a call of (spatial, k, s, p) launches: the
-    window gather of tiling windows (1-D, 2-D; kernel = stride, no padding) is
-    max_unpool_tile."""
-    tiles = spatial < 3 and k == s and p == 0
+    window gather of tiling windows (kernel = stride, no padding) is max_unpool_tile."""
+    tiles = k == s and p == 0
     return [("max_unpool_tile" if n == "max_unpool_window" and tiles else n) for n in kernels]
 
 
@@ -194,10 +193,13 @@ def _tiling_cases(spatial: int):
     padding): each index inside its own window, clipped to an output smaller than the
     default, equal to it or larger (outputs in no window); and `bad` copies of the
     indices with one index moved inside the plane but outside its window (another
-    window's output, an output in no window, or past a clipped window's last column,
-    which is the next row's first)."""
+    window's output, an output in no window, past a clipped window's last column, which
+    is the next row's first, or past a clipped window's last row in a depth, which is the
+    next depth's first row)."""
     rng = np.random.default_rng(90 + spatial)
-    for k in ((2,), (3,), (2, 3))[: 3 if spatial == 2 else 2]:
+    for k in ((2,), (3,), {2: (2, 3), 3: (3, 2, 2)}.get(spatial)):
+        if k is None:
+            continue
         ks = k * spatial if len(k) == 1 else k
         sizes = tuple(int(v) for v in rng.integers(2, 5, spatial))
         for extra in (-1, 0, 1):
@@ -217,16 +219,20 @@ def _tiling_cases(spatial: int):
                 nowhere = idx.copy()
                 nowhere[0, 1].flat[-1] = int(np.prod(out)) - 1
                 bad.append(nowhere)
-            if extra < 0 and spatial == 2:  # one past the first row's last column
+            if extra < 0 and spatial > 1:  # one past the first row's last column
                 wrap = idx.copy()
-                wrap[1, 0, 0, -1] = out[1]
+                wrap[(1, 0) + (0,) * (spatial - 1) + (-1,)] = out[-1]
+                bad.append(wrap)
+            if extra < 0 and spatial == 3:  # one past the first depth's last row
+                wrap = idx.copy()
+                wrap[1, 0, 0, -1, 0] = out[1] * out[2]
                 bad.append(wrap)
             x = rng.standard_normal(shape).astype(np.float32)
             yield x, idx.astype(np.int64), k if len(k) == 1 else ks, out, bad
 
 
 @pytest.mark.parametrize("rows", [1, 3])
-@pytest.mark.parametrize("spatial", [1, 2])
+@pytest.mark.parametrize("spatial", [1, 2, 3])
 def test_tiling_windows_take_the_tile_path(spatial, rows, launched, device):
     """Windows tiling the output: max_unpool_tile writes each output from its owner (on
     device indices, int64 and int32, with 1 or 3 rows of owners per work-item); an index
