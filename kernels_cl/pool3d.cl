@@ -683,6 +683,20 @@ inline void store_tile3d(__global elem_t *p, __local acc_t *tile, acc4_t v, int 
     } while (0)
 #endif
 #define STORE_VOXEL(out, v, h, r, lanes, C, W) STORE_VOXEL_IF(1, out, v, h, r, lanes, C, W)
+/* A backward's column of gradients (the average 3-D backward _strided kernels):
+ * TILED_VOXEL's voxel v, the first of CLPOOL_CL_ROWS along H, of which `rows` lie inside
+ * the result (the same in a work-group), and their sums g, 0. */
+#define TILED_COLUMN(v, g, rows, C, D, H, W)                                        \
+    TILED_VOXEL(v, C, D, H, W, CLPOOL_CL_ROWS);                                     \
+    int rows = min(CLPOOL_CL_ROWS, (H) - v.h);                                      \
+    acc4_t g[CLPOOL_CL_ROWS];                                                       \
+    UNROLL for (int r_ = 0; r_ < CLPOOL_CL_ROWS; ++r_)                              \
+        g[r_] = 0
+/* Stores TILED_COLUMN's sums g of voxel v in result view `out`: each row through
+ * STORE_VOXEL_IF, a row past the result too (it stores nothing, but takes the barriers). */
+#define STORE_COLUMN(out, v, g, rows, C, W)                                         \
+    UNROLL for (int r_ = 0; r_ < CLPOOL_CL_ROWS; ++r_)                              \
+        STORE_VOXEL_IF(r_ < (rows), out, v, v.h + r_, g[r_], lanes, C, W)
 
 /* Fold tap v at `at` into (best, best_i) in one lane: NaN wins (the last NaN keeps its
  * index), ties keep the first tap; the caller starts best_i at the window's first tap
@@ -1019,11 +1033,7 @@ __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_o
         return;
     }
 #endif
-    TILED_VOXEL(e, C, D, H, W, CLPOOL_CL_ROWS);
-    int rows = min(CLPOOL_CL_ROWS, H - e.h); /* the same in a work-group */
-    acc4_t g[CLPOOL_CL_ROWS];
-    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
-        g[r] = 0;
+    TILED_COLUMN(e, g, rows, C, D, H, W);
     if (e_inside) {
         __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
         window_range rd = windows_reaching(e.d, 1, D, sd, pd, kd, OD),
@@ -1041,8 +1051,7 @@ __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_o
                             g[r] += v;
                 }
     }
-    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
-        STORE_VOXEL_IF(r < rows, grad_x, e, e.h + r, g[r], lanes, C, W);
+    STORE_COLUMN(grad_x, e, g, rows, C, W);
 }
 
 /* Declares xp (the (n, c) volume of x of output voxel o) and the bounds [d0, d1) x [h0, h1)
@@ -1146,11 +1155,7 @@ __kernel void adaptive_avg_pool3d_backward_strided(__global const elem_t *restri
     }
 #endif
     /* CLPOOL_CL_ROWS rows a work-item (SUM_SHARES3D) */
-    TILED_VOXEL(e, C, D, H, W, CLPOOL_CL_ROWS);
-    int rows = min(CLPOOL_CL_ROWS, H - e.h); /* the same in a work-group */
-    acc4_t g[CLPOOL_CL_ROWS];
-    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
-        g[r] = 0;
+    TILED_COLUMN(e, g, rows, C, D, H, W);
     if (e_inside) {
         __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
         int od0 = cell_start(e.d, OD, D), od1 = cell_end(e.d, OD, D),
@@ -1159,8 +1164,7 @@ __kernel void adaptive_avg_pool3d_backward_strided(__global const elem_t *restri
         SUM_SHARES3D(g, acc4_t, CLPOOL_CL_ROWS, e.h, GRAD, plus_zero4)
 #undef GRAD
     }
-    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
-        STORE_VOXEL_IF(r < rows, grad_x, e, e.h + r, g[r], lanes, C, W);
+    STORE_COLUMN(grad_x, e, g, rows, C, W);
 }
 
 /* adaptive_max_pool3d_forward (adaptive_max_pool.cl) for an input of any strides, out and
