@@ -422,6 +422,21 @@ def test_adaptive_avg_pool3d_equals_torch_and_reference(shape, size, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adaptive_avg_pool3d_sums_each_cell_in_atens_order(dtype):
+    """ATen's bits: each cell summed by depth, row and column, then divided by its depth,
+    rows and columns, over cells that overlap, upsampling (cells of one column) and long
+    rows; a NaN and an infinity stay in their own cells. Values off a grid, so that
+    another order of additions rounds otherwise."""
+    cases = [*ADAPTIVE, ((2, 3, 4, 5, 30), (3, 2, 11)), ((1, 2, 6, 9, 40), (2, 3, 5))]
+    rng = np.random.default_rng(30)
+    for shape, size in cases:
+        x = rng.standard_normal(shape).astype(dtype)
+        x[0, 0, 0, 0, -1], x[-1, -1, -1, -1, 0] = np.nan, np.inf
+        assert same_bits(clpool.adaptive_avg_pool3d(x, size),
+                         F.adaptive_avg_pool3d(_t(x), size).numpy()), (shape, size)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows", [1, 3, 8])
 def test_a_gpus_adaptive_average_backward_takes_rows_of_a_column(rows, dtype, launch_sizes):
     """On a GPU the contiguous backward takes `rows` rows of a column per work-item, each
