@@ -114,7 +114,8 @@ TILES = {
         "adaptive_max_pool_backward row": (1, 4),
         # rows of owners per work-item: H200, [32,64,56,56] to 112x112, a work-item per
         # column of owners: 1 row 64.7 us, 2 rows 67.8, 4 rows 70.7, 8 rows 79.3 (a
-        # work-item per output column, as before: 4 rows 71.2)
+        # work-item per output column, as before: 4 rows 71.2); H100, 3-D k2 s2 to
+        # [8,64,16,56,56]: 1 row 73.3-74.0 us, 2 rows 79.6-81.5, 4 rows 87.9
         "max_unpool_tile": (1, 1),
         # bfloat16 (16-bit elements: twice the columns for the same bytes per load and
         # store; k3 s2 of [128,64,128,128] on the H200, BENCHMARKS.md)
