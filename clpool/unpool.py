@@ -237,12 +237,11 @@ def _plan_forward(
     tiles = gather and _tiles(spatial, window)  # then stride = kernel size > 0
     # the tile kernels' window, and their sizes
     tile = tuple(f"-DCLPOOL_UNPOOL_S{axis}={axes[f's{axis.lower()}']}" for axis in "DHW")
-    sizes = {name: axes[name] for name in ("ID", "IH", "IW", "OD", "OH", "OW")}
+    sizes = {name: axes[name] for name in ("IH", "IW", "OH", "OW")}
     if planes and op and tiles and last and spatial < 3 and not p.gpu:
         # a CPU's channels-last tiles (1-D, 2-D): rows of owners, runs of up to 256 channels
         p.options += tile
         rows = planes // c * -(-axes["OH"] // axes["sh"])
-        sizes.pop("ID"), sizes.pop("OD")
         p.step("max_unpool_tile_rows", (-(-c // 256), 1, rows), (1, 1, 1), **views, **sizes)
     elif planes and op and gather and p.policy.by_plane(p.rt.device, p.dtype, planes):
         p.step("max_unpool_plane", (planes,), local=(1,), **views)
@@ -250,9 +249,10 @@ def _plan_forward(
         p.options += tile
         p.rows = p.policy.tile(p.rt.device, "max_unpool_tile")[0]
         # per depth of owners, blocks of p.rows rows of owners (the last maybe of none)
-        blocks = -(-math.ceil(axes["OH"] / axes["sh"]) // p.rows)
-        rows = -(-axes["OD"] // axes["sd"]) * blocks * p.rows
+        owner_rows = -(-axes["OH"] // axes["sh"])
+        rows = -(-axes["OD"] // axes["sd"]) * -(-owner_rows // p.rows) * p.rows
         columns = -(-axes["OW"] // axes["sw"])  # columns of owners, the last maybe of none
+        sizes.update(ID=axes["ID"], OD=axes["OD"])
         p.step("max_unpool_tile", (columns, rows, planes), planes_inner=inner, **views, **sizes)
     elif planes and op and gather:
         p.step("max_unpool_window", (axes["IW"], axes["ID"] * axes["IH"], planes),

@@ -163,11 +163,10 @@ __kernel void max_unpool_tile(__global const elem_t *restrict x,
             atomic_or((volatile __global int *)flag, 1);
         } else if (owned) {
             int d = (int)at[r] - (jd0 * OH + oh * CLPOOL_UNPOOL_SH) * OW - jw0, inside = 0;
-            for (int t = 0; t < CLPOOL_UNPOOL_SD; ++t)
-                for (int u = 0; u < CLPOOL_UNPOOL_SH; ++u) {
-                    int e = d - (t * OH + u) * OW; /* the column offset in window row u */
-                    inside |= e >= 0 && e < CLPOOL_UNPOOL_SW && jw0 + e < OW &&
-                              oh * CLPOOL_UNPOOL_SH + u < OH && jd0 + t < OD;
+            for (int t = 0; t < CLPOOL_UNPOOL_SD && jd0 + t < OD; ++t)
+                for (int u = 0; u < CLPOOL_UNPOOL_SH && oh * CLPOOL_UNPOOL_SH + u < OH; ++u) {
+                    int e = d - (t * OH + u) * OW; /* the column in row u of depth t */
+                    inside |= e >= 0 && e < CLPOOL_UNPOOL_SW && jw0 + e < OW;
                 }
             if (!inside)
                 atomic_or((volatile __global int *)flag, 2);

@@ -598,7 +598,7 @@ def _channels_last(spatial: int, t):
 def _channels_last_cases(spatial: int):
     """(x, indices, k, s, p, output size): max_pool's, of 5 and of 19 channels (a CPU's
     rows take 16 of them at a time, then the rest one by one), windows that tile an output
-    larger than they cover (1-D, 2-D), overlapping windows, and the last two's indices
+    larger than they cover, overlapping windows, and the last two's indices
     moved outside their windows."""
     rng = np.random.default_rng(90 + spatial)
     for _ in range(3):
