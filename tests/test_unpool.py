@@ -197,9 +197,8 @@ def _tiling_cases(spatial: int):
     is the next row's first, or past a clipped window's last row in a depth, which is the
     next depth's first row)."""
     rng = np.random.default_rng(90 + spatial)
-    for k in ((2,), (3,), {2: (2, 3), 3: (3, 2, 2)}.get(spatial)):
-        if k is None:
-            continue
+    uneven = {2: [(2, 3)], 3: [(3, 2, 2)]}.get(spatial, [])  # a window of unequal sides
+    for k in [(2,), (3,), *uneven]:
         ks = k * spatial if len(k) == 1 else k
         sizes = tuple(int(v) for v in rng.integers(2, 5, spatial))
         for extra in (-1, 0, 1):
