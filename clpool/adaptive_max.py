@@ -53,11 +53,6 @@ def _fold(a: cla.Array | np.ndarray) -> cla.Array | np.ndarray:
     )
 
 
-def _span(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
-    """1 + the largest element offset of a view of `shape` and (non-negative) `strides`."""
-    return 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
-
-
 def _extents(volume: tuple[int, int, int], cells: tuple[int, int, int]) -> tuple[int, ...]:
     """What Planner.specialize weighs for 64-bit arithmetic: the input's and the output's
     volumes, and each axis's size times its output's (the cell bounds' numerators)."""
@@ -254,7 +249,7 @@ def _plan_backward(
         p.arrays = [_fold(a) if i != 1 else a for i, a in enumerate(p.arrays)]
         return p.plan("grad_out", None, "indices")
     # the gather's offsets within a plane's views of grad_output and indices too
-    reach = tuple(_span(p.arrays[i].shape[-rank:], p.strides[i][-rank:]) for i in (0, 2))
+    reach = tuple(shapes.span(p.arrays[i].shape[-rank:], p.strides[i][-rank:]) for i in (0, 2))
     p.specialize("adaptive_max_pool_backward", _extents((d, h, w), (od, oh, ow)) + reach,
                  planes=n * c)  # fmt: skip
     p.cell_bounds(d, h, w, od, oh, ow)

@@ -132,7 +132,7 @@ _SIGNATURES.update(
         *_MAX3D_SIZES,
     ),  # fmt: skip
     avg_pool3d_forward=(("x", GLOBAL), ("out", GLOBAL), *_AVG3D_SIZES),
-    avg_pool3d_backward=(("grad_out", GLOBAL), ("grad_x", GLOBAL), *_AVG3D_SIZES),
+    avg_pool3d_backward_plane=(("grad_out", GLOBAL), ("grad_x", GLOBAL), *_AVG3D_SIZES),
     adaptive_avg_pool3d_forward=(("x", GLOBAL), ("out", GLOBAL), *_ADAPTIVE3D_SIZES),
     adaptive_avg_pool3d_backward=(("grad_out", GLOBAL), ("grad_x", GLOBAL), *_ADAPTIVE3D_SIZES),
 )
@@ -144,7 +144,6 @@ for _name in (
     "max_pool3d_forward",
     "max_pool3d_backward",
     "avg_pool3d_forward",
-    "avg_pool3d_backward",
 ):
     _SIGNATURES[f"{_name}_plane"] = _SIGNATURES[_name]
 
@@ -204,6 +203,12 @@ def _view3d(name: str, offset: bool = True) -> tuple[tuple[str, str], ...]:
 _SIGNATURES["adaptive_max_pool_backward"] = (
     *_SIGNATURES["adaptive_max_pool_backward_plane"], *_view3d("grad_out"), *_view3d("indices"),
     *_ints("C"),
+)  # fmt: skip
+
+# avg_pool3d_backward's tile reads grad_out as a 5-D view (its _plane twin as it is
+# copied: C-contiguous).
+_SIGNATURES["avg_pool3d_backward"] = (
+    ("grad_out", GLOBAL), ("grad_x", GLOBAL), *_AVG3D_SIZES, *_view3d("grad_out"), *_ints("C"),
 )  # fmt: skip
 
 # The 3-D _strided kernels (kernels_cl/pool3d.cl).

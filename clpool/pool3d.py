@@ -41,8 +41,8 @@ DEPTHS = {
 # not (CLPOOL_TILE3D_X/Y of kernels_cl/pool3d.cl): their results go out through local
 # memory, W innermost.
 TILE = (16, 8)
-TILE_KERNELS = {"avg_pool3d_forward_strided", "avg_pool3d_backward_strided"}
-TILE_KERNELS |= {"adaptive_avg_pool3d_forward_strided", "adaptive_avg_pool3d_backward_strided"}
+TILE_KERNELS = {"avg_pool3d_forward_strided", "adaptive_avg_pool3d_forward_strided"}
+TILE_KERNELS |= {"adaptive_avg_pool3d_backward_strided"}
 
 
 def _unbatched(shape: tuple[int, ...], ndim: int) -> tuple[int, ...]:
@@ -57,14 +57,19 @@ def _split(shape: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
 
 
 def _volumes(
-    p: Planner, dhw: tuple[int, ...], out: tuple[int, ...], spans: tuple[int, ...] = ()
+    p: Planner,
+    dhw: tuple[int, ...],
+    out: tuple[int, ...],
+    spans: tuple[int, ...] = (),
+    reach: int = 0,
 ) -> None:
     """64-bit offsets inside a volume where the input's or the output's has 2^31 elements
-    or more, or where the row and depth starts a window's `spans` (along D, H, W) reach
-    past the input do (the per-volume max backward compares indices with them)."""
+    or more, where the row and depth starts a window's `spans` (along D, H, W) reach past
+    the input do (the per-volume max backward compares indices with them), or where a
+    view's offsets inside a volume `reach` that far."""
     d, h, w = dhw
-    reach = ((d + spans[0] - 2) * h * w, (h + spans[1] - 1) * w) if spans else ()
-    if max(math.prod(dhw), math.prod(out), *reach) >= 2**31:
+    starts = ((d + spans[0] - 2) * h * w, (h + spans[1] - 1) * w) if spans else ()
+    if max(math.prod(dhw), math.prod(out), reach, *starts) >= 2**31:
         p.options += ("-DCLPOOL_LARGE_PLANE",)
 
 
@@ -224,7 +229,8 @@ def _step_strided(
     innermost, where it gives one (without it one side's accesses stay uncoalesced
     whichever it walks: avg_pool3d_backward of an NDHWC grad_output into its C-contiguous
     gradient took 715 us walking the channels on an H100, 778 us walking W on the H200,
-    against about 50 us from NCDHW; BENCHMARKS.md)."""
+    against about 50 us from NCDHW; BENCHMARKS.md. A GPU's avg_pool3d_backward now reads
+    any gradient with the NCDHW tile: 129 -> 94 us on the H200)."""
     out = p.outputs[0]
     pad = (1,) * (5 - len(out.shape))
     n, c, d, h, w = pad + out.shape
@@ -467,20 +473,23 @@ def _plan_avg_backward(
         dhw, kernel_size, stride, padding, ceil_mode, include_pad, override
     )
     shapes.expect_shape("grad_output", grad.shape, x.shape[:-3] + win.out)
-    _volumes(p, dhw, win.out)
+    _volumes(p, dhw, win.out, reach=shapes.span(grad.shape[-3:], p.strides[0][-3:]))
     p.strided = p.strided_input(0)  # x: its shape only (the result C-contiguous, as ATen's)
     p.output("grad_x", x.shape)
     d, h, w = dhw
     volumes = None if p.strided else n * c
     depths = _specialize(p, n * c * d, win, "avg_pool3d_backward", dhw, volumes, div, w)
     sizes = _avg_sizes(win, dhw, include, div)
-    if n * c and p.strided:  # C-contiguous, as ATen's
-        rows = p.policy.nhwc_tile(p.rt.device, "avg3d", win.s[1:] == (1, 1), backward=True)[0]
-        views = {"grad_out": 0}
-        _step_strided(p, "avg_pool3d_backward_strided", views, tile=(rows, 1), **sizes)
-    elif n * c:
+    if n * c and p.strided and not p.gpu:  # a CPU's _strided kernel (rows of 16 channels)
+        _step_strided(p, "avg_pool3d_backward_strided", {"grad_out": 0}, **sizes)
+    elif n * c and p.by_plane:
+        p.step("avg_pool3d_backward_plane", (n * c,), local=(1,), **sizes)
+    elif n * c:  # the tile, a GPU's strided gradient read as it lies (BENCHMARKS.md)
+        p.as_is = True
+        p.options += ("-DCLPOOL_GRAD_VIEW",) if p.strided else ()
         grid = (w, h, n * c * -(-d // depths))
-        p.step_by_plane("avg_pool3d_backward", grid, planes=n * c, **sizes)
+        sizes.update(_view_strides(p, "grad_out", 0), C=c)
+        p.step("avg_pool3d_backward", grid, **sizes)
     return p.plan("grad_out", None)
 
 

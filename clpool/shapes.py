@@ -280,6 +280,11 @@ def expect_shape(name: str, got: tuple[int, ...], want: tuple[int, ...]) -> None
         raise _bad(f"{name} must have shape {tuple(want)}, got {tuple(got)}")
 
 
+def span(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """1 + the largest element offset of a view of `shape` and (non-negative) `strides`."""
+    return 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
+
+
 def c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """True when element `strides` lay `shape` out C-contiguous (axes of one element
     aside)."""

@@ -20,6 +20,9 @@
     int D, int H, int W, int OD, int OH, int OW, int kd, int kh, int kw, int sd,    \
     int sh, int sw, int pd, int ph, int pw, int count_include_pad, int divisor_override
 
+/* The gradient view avg_pool3d_backward reads (clpool.h's VIEW3D) and the channels. */
+#define GRAD_VIEW3D_SIZES VIEW3D(grad_out), int C
+
 /* The sizes of the 3-D adaptive average pooling kernels. */
 #define ADAPTIVE_POOL3D_SIZES                                                       \
     int D, int H, int W, int OD, int OH, int OW
@@ -233,6 +236,9 @@ __kernel void max_pool3d_forward_plane(__global const elem_t *restrict x,
                         && INSIDE((tw).first + e, (tw).end)))
 #define TILE_OUTPUT(a, b, e, td, th, tw)                                            \
     ((((pos_t)(td).first + (a)) * OH + (th).first + (b)) * OW + (tw).first + (e))
+/* The same offset in a view of strides s_sd, s_sh and s_sw (pos_t, by prefix s_). */
+#define TILE_VIEW(a, b, e, td, th, tw, s_)                                          \
+    (((td).first + (a)) * s_##sd + ((th).first + (b)) * s_##sh + ((tw).first + (e)) * s_##sw)
 
 /* Declares the first element (id0, ih0, iw0) of this backward work-item's tile in
  * `volume`, returning where the tile lies past the input. */
@@ -369,14 +375,27 @@ __kernel void avg_pool3d_forward_plane(__global const elem_t *restrict x,
 }
 
 /* grad_x[e] = sum, in ascending output order, of grad_out / divisor over the windows
- * containing e (the forward's divisors). */
+ * containing e (the forward's divisors). With -DCLPOOL_GRAD_VIEW grad_out is read through
+ * its strides, offsets inside a volume in pos_t as the host's extents allow: a GPU's
+ * channels-last gradient, whose C-contiguous grad_x this tile stores in rows (NDHWC
+ * [8,64,16,56,56] k3 s2 p1 on the H200: 129.1 us through avg_pool3d_backward_strided's
+ * local tile, 94.0 here); without it, C-contiguous from offset 0 (NCDHW read through its
+ * strides: 49.6 -> 51.7 us). */
 __kernel void avg_pool3d_backward(__global const elem_t *restrict grad_out,
                                   __global elem_t *restrict grad_x,
-                                  AVG_POOL3D_SIZES)
+                                  AVG_POOL3D_SIZES, GRAD_VIEW3D_SIZES)
 {
     FIX_WINDOW3D();
     BACKWARD_TILE3D(id0, ih0, iw0, volume);
+#ifdef CLPOOL_GRAD_VIEW
+    int ch;
+    long image = split_row(volume, C, &ch);
+    __global const elem_t *gp = grad_out + AT3D(grad_out, image, ch, 0, 0, 0);
+    pos_t g_sd = grad_out_sd, g_sh = grad_out_sh, g_sw = grad_out_sw;
+#else
     __global const elem_t *gp = grad_out + volume * OD * OH * OW;
+    pos_t g_sd = (pos_t)OH * OW, g_sh = OW, g_sw = 1;
+#endif
     tile_windows td = windows_of_tile(id0, CLPOOL_3D_DEPTHS, D, sd, pd, kd, OD),
                  th = windows_of_tile(ih0, CLPOOL_ROWS, H, sh, ph, kh, OH),
                  tw = windows_of_tile(iw0, CLPOOL_COLS, W, sw, pw, kw, OW);
@@ -386,7 +405,7 @@ __kernel void avg_pool3d_backward(__global const elem_t *restrict grad_out,
     FOR_TILE_WINDOWS(a, b, e, td, th, tw) {
         divisor_t div = avg_divisor3d((td.first + a) * sd - pd, (th.first + b) * sh - ph,
                                       (tw.first + e) * sw - pw, AVG_POOL3D_ARGS);
-        acc_t v = plus_zero(LOAD(gp, TILE_OUTPUT(a, b, e, td, th, tw)) / (acc_t)div);
+        acc_t v = plus_zero(LOAD(gp, TILE_VIEW(a, b, e, td, th, tw, g_)) / (acc_t)div);
         FOR_TILE(i, r, c)
             if (COVERS(td, i, a, CLPOOL_3D_DEPTHS, sd, kd) && COVERS(th, r, b, CLPOOL_ROWS, sh, kh)
                 && COVERS(tw, c, e, CLPOOL_COLS, sw, kw))
@@ -991,12 +1010,11 @@ __kernel void avg_pool3d_forward_strided(__global const elem_t *restrict x,
     STORE_VOXEL(out, o, o.h, avg, lanes, C, OW);
 }
 
-/* avg_pool3d_backward for grad_out of any strides, grad_x through its own (a GPU's tile:
- * TILED_VOXEL), 4 channels of CLPOOL_CL_ROWS rows per work-item where it takes 4 (each
- * window reaching them loaded once); a CPU takes an input row (d, h) of an image, 16
- * channels a lane, with channels_inner == 16 (grad_out's channels contiguous, grad_x's
- * any): each element's shares in output order, added to +0 (a -0 share leaves +0 on a
- * CPU: no plus_zero). */
+/* avg_pool3d_backward for grad_out of any strides on a CPU (a GPU reads it with
+ * avg_pool3d_backward's tile), grad_x through its own: an input row (d, h) of an image,
+ * 16 channels a lane, with channels_inner == 16 (grad_out's channels contiguous, grad_x's
+ * any), else an element per work-item (4 channels where it takes 4): each element's shares
+ * in output order, added to +0 (a -0 share leaves +0 on a CPU: no plus_zero). */
 __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_out,
                                           __global elem_t *restrict grad_x,
                                           STRIDED3D_BACKWARD_SIZES, AVG_POOL3D_SIZES)

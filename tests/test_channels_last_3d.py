@@ -340,11 +340,12 @@ def test_a_gpus_ndhwc_backward_tiles_give_the_references_results(channels, tile,
                                                                   launch_sizes):
     """On a GPU, max_pool3d_with_indices_backward of NDHWC arrays takes 4 channels of a
     tile of rows x pixels of a depth per work-item (each window reaching it loaded once),
-    and avg_pool3d_backward and adaptive_avg_pool3d_backward 4 channels of rows of them
-    (stored through the local tile; adaptive's: ATen's bits):
-    the reference's results (max: ATen's bits; indices outside their windows, next to
-    them and outside the volume match nothing, as in the NCDHW kernels), the tiles over
-    the edges of H and W; the launch covers the rows by tiles."""
+    and adaptive_avg_pool3d_backward 4 channels of rows of them (stored through the local
+    tile; ATen's bits), avg_pool3d_backward the NCDHW kernel's tile over (W, H, the
+    volumes' depths), reading the gradient through its strides: the reference's results
+    (max: ATen's bits; indices outside their windows, next to them and outside the volume
+    match nothing, as in the NCDHW kernels), the tiles over the edges of H and W; the
+    launches cover the rows by tiles."""
     rng = np.random.default_rng(channels)
     shape = (2, channels, 5, 7, 9)
     n, c, d, h, w = shape
@@ -377,7 +378,44 @@ def test_a_gpus_ndhwc_backward_tiles_give_the_references_results(channels, tile,
     assert_close(got_avg, ref.avg_pool3d_backward(ga, x, *avg), 1e-12)
     t = torch.from_numpy
     assert same_bits(got_cells, aten._adaptive_avg_pool3d_backward(t(gc), t(x)).numpy())
-    assert [s[2] for s in launch_sizes[1:4]] == [n * d * -(-h // tile[0])] * 3
+    max_size, avg_size, cells_size = launch_sizes[1:4]
+    assert [max_size[2], cells_size[2]] == [n * d * -(-h // tile[0])] * 2
+    assert avg_size[2] % (n * c) == 0 and avg_size[2] <= n * c * d
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_gpus_average_backward_tile_reads_any_gradient_through_its_strides(dtype, launched):
+    """On a GPU, avg_pool3d_backward's NCDHW tile reads grad_output as it lies, no copy
+    first: channels-last, a device view with an offset and gaps along W and C, one with D
+    and H swapped in memory, an unbatched channels-last one; ATen's bits (count_include_pad
+    off: the divisors differ at the edges), into a C-contiguous gradient."""
+    rng = np.random.default_rng(5150)
+    q = default_queue()
+    x = data(rng, (2, 6, 5, 7, 9), dtype)
+    window = (3, 2, 1, False, False)
+    n, c, od, oh, ow = ref.avg_pool3d(x, *window).shape
+    channels_last = stored_channels_last(data(rng, (n, c, od, oh, ow), dtype))
+    wide = data(rng, (n, 2 * c, od, oh, 2 * ow + 1), dtype)
+    swapped = data(rng, (n, c, oh, od, ow), dtype)
+    grads = [  # (what clpool reads, its values on the host)
+        (channels_last, channels_last),
+        (cla.to_device(q, wide)[:, 1::2, :, :, 1::2], wide[:, 1::2, :, :, 1::2]),
+        (cla.to_device(q, swapped).transpose((0, 1, 3, 2, 4)), swapped.transpose(0, 1, 3, 2, 4)),
+    ]
+    t = torch.from_numpy
+    for g, host in grads:
+        want = aten.avg_pool3d_backward(t(host), t(x), [3] * 3, [2] * 3, [1] * 3, False, False,
+                                        None).numpy()  # fmt: skip
+        with policy.use(gpu=True):
+            got = clpool.avg_pool3d_backward(g, x, *window)
+        got = got.get() if isinstance(got, cla.Array) else got
+        assert got.flags.c_contiguous and same_bits(got, want), g.strides
+    unbatched = stored_channels_last(data(rng, (1, c, od, oh, ow), dtype))[0]
+    want = aten.avg_pool3d_backward(t(unbatched), t(x[0]), [3] * 3, [2] * 3, [1] * 3, False,
+                                    False, None).numpy()  # fmt: skip
+    with policy.use(gpu=True):
+        assert same_bits(clpool.avg_pool3d_backward(unbatched, x[0], *window), want)
+    assert {name for name, _ in launched} == {"avg_pool3d_backward"}, launched
 
 
 def test_gpu_policy_and_constant_windows_give_the_sameresults():
