@@ -28,7 +28,8 @@ def _ints(*names: str) -> tuple[tuple[str, str], ...]:
 # The argument lists of kernels_cl/*.cl, in order (tests/test_kernels.py reads the .cl
 # files and holds the two to each other). A kernel and its `_plane` twin take the same
 # (but adaptive_avg_pool3d_backward_plane, which reads grad_out through its strides, and
-# adaptive_max_pool_backward, whose twin reads grad_out and indices C-contiguous).
+# adaptive_max_pool_backward and avg_pool3d_backward, whose twins read theirs
+# C-contiguous).
 _MAX_SIZES = _ints("H", "W", "OH", "OW", "kh", "kw", "sh", "sw", "ph", "pw", "dh", "dw")
 _AVG_SIZES = _ints(
     "H", "W", "OH", "OW", "kh", "kw", "sh", "sw", "ph", "pw", "count_include_pad",
@@ -205,8 +206,8 @@ _SIGNATURES["adaptive_max_pool_backward"] = (
     *_ints("C"),
 )  # fmt: skip
 
-# avg_pool3d_backward's tile reads grad_out as a 5-D view (its _plane twin as it is
-# copied: C-contiguous).
+# avg_pool3d_backward's tile reads grad_out as a 5-D view (its _plane twin runs for a
+# C-contiguous one only).
 _SIGNATURES["avg_pool3d_backward"] = (
     ("grad_out", GLOBAL), ("grad_x", GLOBAL), *_AVG3D_SIZES, *_view3d("grad_out"), *_ints("C"),
 )  # fmt: skip

@@ -473,20 +473,24 @@ def _plan_avg_backward(
         dhw, kernel_size, stride, padding, ceil_mode, include_pad, override
     )
     shapes.expect_shape("grad_output", grad.shape, x.shape[:-3] + win.out)
-    _volumes(p, dhw, win.out, reach=shapes.span(grad.shape[-3:], p.strides[0][-3:]))
     p.strided = p.strided_input(0)  # x: its shape only (the result C-contiguous, as ATen's)
+    view = p.strided and p.gpu  # read by the tile through its strides
+    reach = shapes.span(grad.shape[-3:], p.strides[0][-3:]) if view else 0
+    _volumes(p, dhw, win.out, reach=reach)
     p.output("grad_x", x.shape)
     d, h, w = dhw
     volumes = None if p.strided else n * c
     depths = _specialize(p, n * c * d, win, "avg_pool3d_backward", dhw, volumes, div, w)
     sizes = _avg_sizes(win, dhw, include, div)
-    if n * c and p.strided and not p.gpu:  # a CPU's _strided kernel (rows of 16 channels)
+    if n * c and p.strided and not view:  # a CPU's _strided kernel (rows of 16 channels)
         _step_strided(p, "avg_pool3d_backward_strided", {"grad_out": 0}, **sizes)
     elif n * c and p.by_plane:
         p.step("avg_pool3d_backward_plane", (n * c,), local=(1,), **sizes)
     elif n * c:  # the tile, a GPU's strided gradient read as it lies (BENCHMARKS.md)
         p.as_is = True
-        p.options += ("-DCLPOOL_GRAD_VIEW",) if p.strided else ()
+        if view:  # its rows of grad_x packed as a C-contiguous gradient's (not timed apart)
+            p.options += ("-DCLPOOL_GRAD_VIEW",)
+            p.pack_rows(w, views=True)
         grid = (w, h, n * c * -(-d // depths))
         sizes.update(_view_strides(p, "grad_out", 0), C=c)
         p.step("avg_pool3d_backward", grid, **sizes)

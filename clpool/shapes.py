@@ -281,8 +281,9 @@ def expect_shape(name: str, got: tuple[int, ...], want: tuple[int, ...]) -> None
 
 
 def span(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
-    """1 + the largest element offset of a view of `shape` and (non-negative) `strides`."""
-    return 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
+    """1 + the largest distance, in elements, between two elements of a view of `shape`
+    and `strides` (negative strides too)."""
+    return 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides, strict=True))
 
 
 def c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:

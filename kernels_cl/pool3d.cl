@@ -3,7 +3,7 @@
  * (batch, channel, depth) rows of the output (forward) or the input (backward); their
  * `_plane` twins for a CPU take an output plane (forward) or a volume (backward). Volume
  * offsets are 64-bit; offsets inside a volume are pos_t (-DCLPOOL_LARGE_PLANE for a
- * volume of 2^31 elements or more). */
+ * volume, or a view's span inside one, of 2^31 elements or more). */
 
 #include "clpool.h"
 #include "plane.h"
@@ -702,7 +702,7 @@ inline void store_tile3d(__global elem_t *p, __local acc_t *tile, acc4_t v, int 
     } while (0)
 #endif
 #define STORE_VOXEL(out, v, h, r, lanes, C, W) STORE_VOXEL_IF(1, out, v, h, r, lanes, C, W)
-/* A backward's column of gradients (the average 3-D backward _strided kernels):
+/* A backward's column of gradients (adaptive_avg_pool3d_backward_strided's):
  * TILED_VOXEL's voxel v, the first of CLPOOL_CL_ROWS along H, of which `rows` lie inside
  * the result (the same in a work-group), and their sums g, 0. */
 #define TILED_COLUMN(v, g, rows, C, D, H, W)                                        \
@@ -1019,7 +1019,6 @@ __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_o
                                           __global elem_t *restrict grad_x,
                                           STRIDED3D_BACKWARD_SIZES, AVG_POOL3D_SIZES)
 {
-    TILE3D_DECLARE();
     FIX_WINDOW3D();
 #ifndef CLPOOL_NO_LANES16
     if (channels_inner == 16) {
@@ -1051,25 +1050,22 @@ __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_o
         return;
     }
 #endif
-    TILED_COLUMN(e, g, rows, C, D, H, W);
-    if (e_inside) {
-        __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
-        window_range rd = windows_reaching(e.d, 1, D, sd, pd, kd, OD),
-                     rh = windows_reaching(e.h, rows, H, sh, ph, kh, OH),
-                     rw = windows_reaching(e.w, 1, W, sw, pw, kw, OW);
-        for (int od = rd.first; od < rd.end; ++od)
-            for (int oh = rh.first; oh < rh.end; ++oh)
-                for (int ow = rw.first; ow < rw.end; ++ow) {
-                    int top = oh * sh - ph;
-                    long div = avg_divisor3d(od * sd - pd, top, ow * sw - pw, AVG_POOL3D_ARGS);
-                    acc4_t v = plus_zero4(load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes,
-                                                     0) / (acc_t)div);
-                    UNROLL for (int r = 0; r < CLPOOL_CL_ROWS; ++r)
-                        if (INSIDE(e.h + r - top, kh))
-                            g[r] += v;
-                }
-    }
-    STORE_COLUMN(grad_x, e, g, rows, C, W);
+    STRIDED_VOXEL(e, C, D, H, W);
+    int lanes = lanes_of(channels_inner);
+    __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
+    window_range rd = windows_reaching(e.d, 1, D, sd, pd, kd, OD),
+                 rh = windows_reaching(e.h, 1, H, sh, ph, kh, OH),
+                 rw = windows_reaching(e.w, 1, W, sw, pw, kw, OW);
+    acc4_t g = 0;
+    for (int od = rd.first; od < rd.end; ++od)
+        for (int oh = rh.first; oh < rh.end; ++oh)
+            for (int ow = rw.first; ow < rw.end; ++ow) {
+                long div = avg_divisor3d(od * sd - pd, oh * sh - ph, ow * sw - pw,
+                                         AVG_POOL3D_ARGS);
+                g += plus_zero4(load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0)
+                                / (acc_t)div);
+            }
+    store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes, 0);
 }
 
 /* Declares xp (the (n, c) volume of x of output voxel o) and the bounds [d0, d1) x [h0, h1)

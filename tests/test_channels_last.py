@@ -492,7 +492,7 @@ def test_a_3d_backward_into_a_contiguous_gradient_walks_its_rows(gpu, launch_siz
     NCDHW tile's (W, H, the volumes' depths); the reference's results."""
     sizes = launch_sizes
     rng = np.random.default_rng(31)
-    n, c, d, h, w = 2, 6, 5, 6, 33  # C % 4 != 0: no CPU rows of 16 channels, no GPU tile
+    n, c, d, h, w = 2, 6, 5, 6, 33  # C % 4 != 0: no CPU rows of 16 channels, no local tile
     x = stored_channels_last(data(rng, (n, c, d, h, w)))
     g = stored_channels_last(data(rng, (n, c, 3, 3, 17)))
     with policy.use(gpu=gpu, per_plane=False):  # (a CPU's adaptive backward per volume: not)
@@ -516,8 +516,8 @@ def test_a_gpus_ndhwc_average_stores_through_a_tile(dtype, c, w, launch_sizes):
     memory (avg_pool3d_backward: the NCDHW tile, the gradient read through its strides):
     PyTorch CPU's bits for tiles that the channels and W fill, half fill and overfill,
     views with offsets, overlapping windows, padding, ceil mode, count_include_pad off, a
-    divisor override and unequal cells; the backward's last rows of a work-item past H
-    (their tile's barriers reached all the same)."""
+    divisor override and unequal cells; the adaptive backward's last rows of a work-item
+    past H (their tile's barriers reached all the same)."""
     sizes = launch_sizes
     rng = np.random.default_rng(4000 + c + w)
     full = torch.from_numpy(data(rng, (2, c, 5, 6, w + 2), dtype)).contiguous(memory_format=CL3D)

@@ -384,11 +384,13 @@ def test_a_gpus_ndhwc_backward_tiles_give_the_references_results(channels, tile,
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_a_gpus_average_backward_tile_reads_any_gradient_through_its_strides(dtype, launched):
+def test_a_gpus_average_backward_tile_reads_any_gradient_through_its_strides(dtype, launched,
+                                                                            build_options):
     """On a GPU, avg_pool3d_backward's NCDHW tile reads grad_output as it lies, no copy
-    first: channels-last, a device view with an offset and gaps along W and C, one with D
-    and H swapped in memory, an unbatched channels-last one; ATen's bits (count_include_pad
-    off: the divisors differ at the edges), into a C-contiguous gradient."""
+    first (built with -DCLPOOL_GRAD_VIEW): channels-last, a device view with an offset and
+    gaps along W and C, one with D and H swapped in memory, an unbatched channels-last
+    device view; ATen's bits (count_include_pad off: the divisors differ at the edges),
+    into a C-contiguous gradient."""
     rng = np.random.default_rng(5150)
     q = default_queue()
     x = data(rng, (2, 6, 5, 7, 9), dtype)
@@ -410,12 +412,14 @@ def test_a_gpus_average_backward_tile_reads_any_gradient_through_its_strides(dty
             got = clpool.avg_pool3d_backward(g, x, *window)
         got = got.get() if isinstance(got, cla.Array) else got
         assert got.flags.c_contiguous and same_bits(got, want), g.strides
-    unbatched = stored_channels_last(data(rng, (1, c, od, oh, ow), dtype))[0]
-    want = aten.avg_pool3d_backward(t(unbatched), t(x[0]), [3] * 3, [2] * 3, [1] * 3, False,
-                                    False, None).numpy()  # fmt: skip
+    ndhwc = data(rng, (2, od, oh, ow, c), dtype)  # an unbatched channels-last device view
+    unbatched = cla.to_device(q, ndhwc).transpose((0, 4, 1, 2, 3))[1]
+    want = aten.avg_pool3d_backward(t(ndhwc[1].transpose(3, 0, 1, 2)), t(x[0]), [3] * 3,
+                                    [2] * 3, [1] * 3, False, False, None).numpy()  # fmt: skip
     with policy.use(gpu=True):
-        assert same_bits(clpool.avg_pool3d_backward(unbatched, x[0], *window), want)
+        assert same_bits(clpool.avg_pool3d_backward(unbatched, x[0], *window).get(), want)
     assert {name for name, _ in launched} == {"avg_pool3d_backward"}, launched
+    assert build_options and all("-DCLPOOL_GRAD_VIEW" in o for o in build_options)
 
 
 def test_gpu_policy_and_constant_windows_give_the_sameresults():
