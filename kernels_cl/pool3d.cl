@@ -596,6 +596,15 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
 /* The offset of (d, h, w) inside a view's (n, c) volume. */
 #define IN_VOLUME(v, d, h, w)                                                       \
     ((long)(d) * v##_sd + (long)(h) * v##_sh + (long)(w) * v##_sw)
+/* Loops (od, oh, ow), in output order, over the windows of spans span_d x span_h x
+ * span_w that reach element e of a _strided backward. */
+#define FOR_WINDOWS_REACHING(e, span_d, span_h, span_w)                             \
+    window_range rd_ = windows_reaching((e).d, 1, D, sd, pd, span_d, OD),           \
+                 rh_ = windows_reaching((e).h, 1, H, sh, ph, span_h, OH),           \
+                 rw_ = windows_reaching((e).w, 1, W, sw, pw, span_w, OW);           \
+    for (int od = rd_.first; od < rd_.end; ++od)                                    \
+        for (int oh = rh_.first; oh < rh_.end; ++oh)                                \
+            for (int ow = rw_.first; ow < rw_.end; ++ow)
 
 typedef struct {
     long n;
@@ -912,15 +921,10 @@ __kernel void max_pool3d_backward_strided(__global const elem_t *restrict grad_o
     __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
     __global const index_t *ip = indices + AT3D(indices, e.n, e.c, 0, 0, 0);
     pos_t self = ((pos_t)e.d * H + e.h) * W + e.w;
-    window_range rd = windows_reaching(e.d, 1, D, sd, pd, span_d, OD),
-                 rh = windows_reaching(e.h, 1, H, sh, ph, span_h, OH),
-                 rw = windows_reaching(e.w, 1, W, sw, pw, span_w, OW);
     acc_t g = 0;
-    for (int od = rd.first; od < rd.end; ++od)
-        for (int oh = rh.first; oh < rh.end; ++oh)
-            for (int ow = rw.first; ow < rw.end; ++ow)
-                g += ip[IN_VOLUME(indices, od, oh, ow)] == self
-                         ? LOAD(gp, IN_VOLUME(grad_out, od, oh, ow)) : (acc_t)0;
+    FOR_WINDOWS_REACHING(e, span_d, span_h, span_w)
+        g += ip[IN_VOLUME(indices, od, oh, ow)] == self
+                 ? LOAD(gp, IN_VOLUME(grad_out, od, oh, ow)) : (acc_t)0;
     STORE(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g);
 }
 
@@ -1053,18 +1057,11 @@ __kernel void avg_pool3d_backward_strided(__global const elem_t *restrict grad_o
     STRIDED_VOXEL(e, C, D, H, W);
     int lanes = lanes_of(channels_inner);
     __global const elem_t *gp = grad_out + AT3D(grad_out, e.n, e.c, 0, 0, 0);
-    window_range rd = windows_reaching(e.d, 1, D, sd, pd, kd, OD),
-                 rh = windows_reaching(e.h, 1, H, sh, ph, kh, OH),
-                 rw = windows_reaching(e.w, 1, W, sw, pw, kw, OW);
     acc4_t g = 0;
-    for (int od = rd.first; od < rd.end; ++od)
-        for (int oh = rh.first; oh < rh.end; ++oh)
-            for (int ow = rw.first; ow < rw.end; ++ow) {
-                long div = avg_divisor3d(od * sd - pd, oh * sh - ph, ow * sw - pw,
-                                         AVG_POOL3D_ARGS);
-                g += plus_zero4(load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0)
-                                / (acc_t)div);
-            }
+    FOR_WINDOWS_REACHING(e, kd, kh, kw) {
+        long div = avg_divisor3d(od * sd - pd, oh * sh - ph, ow * sw - pw, AVG_POOL3D_ARGS);
+        g += plus_zero4(load_lanes(gp, IN_VOLUME(grad_out, od, oh, ow), lanes, 0) / (acc_t)div);
+    }
     store_lanes(grad_x, AT3D_OUT(grad_x, e.n, e.c, e.d, e.h, e.w), g, lanes, 0);
 }
 
