@@ -124,7 +124,9 @@ def _plan_forward(
                                  **sizes)  # fmt: skip
         return p.plan("x")
     # from here on a strided input is 2-D, read as it is by a _strided kernel (3-D: above)
-    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow), everywhere=p.strided)
+    wide = (0, 0) if p.strided else ops._wide_cells(p, "adaptive_max_pool_global", (d, h, w),
+                                                    (od, oh, ow))  # fmt: skip
+    cells = None if wide[0] else _max_pool_cells(p, (d, h, w), (od, oh, ow), p.strided)
     if cells is not None:
         p.family = "max"
         tuned_as = "max_pool2d_forward" if with_indices else "max_pool2d_values"
@@ -146,6 +148,11 @@ def _plan_forward(
     elif n * c * od * oh * ow and p.strided:
         p.step_strided("adaptive_max_pool2d_forward_strided", {"x": 0}, slots,
                        H=h, W=w, OH=oh, OW=ow)  # fmt: skip
+    elif n * c * od * oh * ow and wide[0]:
+        (per_plane, group), acc = wide, 8 if p.dtype == np.float64 else 4
+        p.step("adaptive_max_pool_global", (n * c * per_plane * group,), local=(group,),
+               slots=slots, HW=d * h * w, OW=per_plane, best_v=group * acc,
+               best_at=group * 8)  # fmt: skip
     elif n * c * od * oh * ow and cells is not None:
         p.step_by_plane("max_pool2d_forward", (ow, oh, n * c), slots, **ops._max_sizes(cells, h, w))
     elif n * c * od * oh * ow:

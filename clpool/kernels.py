@@ -73,6 +73,7 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
         ("x", GLOBAL),
         ("out", GLOBAL),
         ("HW", LONG),
+        ("OW", INT),
         ("scratch", LOCAL),
     ),
     "adaptive_avg_pool2d_plane": (("x", GLOBAL), ("out", GLOBAL), ("HW", LONG)),
@@ -105,6 +106,15 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
         ("indices", GLOBAL),
         *_ADAPTIVE_MAX_SIZES,
     ),  # fmt: skip
+    "adaptive_max_pool_global": (
+        ("x", GLOBAL),
+        ("out", GLOBAL),
+        ("indices", GLOBAL),
+        ("HW", LONG),
+        ("OW", INT),
+        ("best_v", LOCAL),
+        ("best_at", LOCAL),
+    ),
     "adaptive_max_pool_backward": (
         ("grad_out", GLOBAL),
         ("indices", GLOBAL),

@@ -4,6 +4,7 @@ repeat call binds its buffers and enqueues."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Hashable, Sequence
 from typing import cast
@@ -20,6 +21,9 @@ from .plans import Planner, Scalars
 from .types import OptionalSize, Out, Size, Tensor
 
 INDEX_BITS = {np.dtype(np.int32): 32, np.dtype(np.int64): 64}
+# Adaptive cells of a plane of one row at least this wide are reduced by a work-group each
+# on a GPU (adaptive_avg_pool2d_global, adaptive_max_pool_global).
+WIDE_CELLS = 64
 
 
 def _signature(a: object) -> tuple[Hashable, ...]:
@@ -410,6 +414,22 @@ def _band_group(p: Planner, h: int, w: int, oh: int) -> int:
     return group if group >= w // 4 else 0
 
 
+def _wide_cells(
+    p: Planner, name: str, volume: tuple[int, ...], out: tuple[int, ...]
+) -> tuple[int, int]:
+    """(cells of a plane, work-group size) where a GPU's kernel `name` reduces each cell by
+    a work-group: a plane's one cell, or the cells of a plane of one row (1-D; one in
+    32-bit cell bounds), each WIDE_CELLS elements or more; else (0, 0). A work-item sums
+    32 elements or more (H200, 1x1 of [64,256,56,56]: 63 -> 55 us), in groups of 64 items
+    at least (two warps: smaller groups leave most of a GPU's threads idle)."""
+    size, cells = math.prod(volume), out[-1]
+    whole = all(o == 1 for o in out)
+    row = all(v == o == 1 for v, o in zip(volume[:-1], out[:-1], strict=True))
+    if not (p.gpu and (whole or (row and size < 2**31)) and size // cells >= WIDE_CELLS):
+        return 0, 0
+    return cells, p.group_size(name, max(size // cells // 32, 64))
+
+
 def _equal_cells(h: int, w: int, oh: int, ow: int) -> shapes.Window | None:
     """The window of adaptive pooling (h, w) -> (oh, ow) when its cells are equal and tile
     the plane, else None."""
@@ -475,15 +495,14 @@ def _plan_adaptive_forward(
     elif whole and not p.gpu:
         # A CPU sums a plane fastest in one work-item.
         p.step("adaptive_avg_pool2d_plane", (n * c,), local=(1,), HW=h * w)
-    elif whole:
-        # A GPU needs many work-items per plane. A work-item should sum 32 or more
-        # elements (H200: [64,256,56,56] 63 -> 55 us).
-        group = p.group_size("adaptive_avg_pool2d_global", h * w // 32)
+    elif (wide := _wide_cells(p, "adaptive_avg_pool2d_global", (h, w), (oh, ow)))[0]:
+        per_plane, group = wide
         p.step(
             "adaptive_avg_pool2d_global",
-            (n * c * group,),
+            (n * c * per_plane * group,),
             local=(group,),
             HW=h * w,
+            OW=per_plane,
             scratch=group * acc.itemsize,
         )
     elif group := _band_group(p, h, w, oh):

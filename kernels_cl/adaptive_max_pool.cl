@@ -79,6 +79,57 @@ __kernel void adaptive_max_pool_forward(__global const elem_t *restrict x,
     }
 }
 
+/* The forward of planes of one row of HW elements into OW cells (1-D; a 1x1x1 output's
+ * volume is one cell), on a GPU: one work-group per cell, plane by plane. Each work-item
+ * folds its elements (every n-th) in order, then the group folds pairs in local memory:
+ * a NaN over a number and the later of two NaNs, else the larger value and, of equal
+ * ones, the earlier index: the sequential fold's result (the last NaN, else the first
+ * maximum) in any order. A work-item of no elements offers -inf at no index. The
+ * work-group size must be a power of two. */
+__kernel void adaptive_max_pool_global(__global const elem_t *restrict x,
+                                       __global elem_t *restrict out,
+                                       __global index_t *restrict indices, long HW, int OW,
+                                       __local acc_t *best_v, __local long *best_at)
+{
+    size_t cell = get_group_id(0);
+    int ow = 0, lid = get_local_id(0), n = get_local_size(0);
+    long plane = OW == 1 ? (long)cell : split_row(cell, OW, &ow);
+    long w0 = OW == 1 ? 0 : cell_start(ow, (int)HW, OW);
+    long w1 = OW == 1 ? HW : cell_end(ow, (int)HW, OW);
+    __global const elem_t *xp = x + plane * HW;
+    acc_t best = -INFINITY;
+    long i = w0 + lid, best_i = i < w1 ? i : LONG_MAX;
+    for (; i + 3 * n < w1; i += 4 * n) { /* four loads in flight, folded in order */
+        acc_t v0 = LOAD(xp, i), v1 = LOAD(xp, i + n), v2 = LOAD(xp, i + 2 * n);
+        acc_t v3 = LOAD(xp, i + 3 * n);
+        FOLD_CELL_MAX(best, best_i, v0, i)
+        FOLD_CELL_MAX(best, best_i, v1, i + n)
+        FOLD_CELL_MAX(best, best_i, v2, i + 2 * n)
+        FOLD_CELL_MAX(best, best_i, v3, i + 3 * n)
+    }
+    for (; i < w1; i += n) {
+        acc_t v = LOAD(xp, i);
+        FOLD_CELL_MAX(best, best_i, v, i)
+    }
+    best_v[lid] = best;
+    best_at[lid] = best_i;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int half_n = n / 2; half_n > 0; half_n /= 2) {
+        if (lid < half_n) {
+            acc_t a = best_v[lid], b = best_v[lid + half_n];
+            long ia = best_at[lid], ib = best_at[lid + half_n];
+            int nan_a = a != a, nan_b = b != b;
+            if (nan_a || nan_b ? nan_b && (!nan_a || ib > ia) : b > a || (b == a && ib < ia)) {
+                best_v[lid] = b;
+                best_at[lid] = ib;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0)
+        STORE_MAX(out, indices, cell, best_v[0], best_at[0]);
+}
+
 /* grad_x[i] = the sum, in ascending output order, of grad_out over the cells that contain
  * input element i and whose index names it (PyTorch's CPU loop adds them in that order);
  * an index outside its cell is ignored. Work-item (tile of CLPOOL_COLS columns, (id, tile

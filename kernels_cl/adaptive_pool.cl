@@ -211,12 +211,13 @@ __kernel void adaptive_avg_pool2d_backward(__global const elem_t *restrict grad_
     acc_t g[CLPOOL_COLS], width[SPAN];
     stored_t words[STORED_WORDS];
     tile_cells(first, last, iw0, W, OW);
-    /* the tile's cells lo .. lo + SPAN - 1 (past OW: the last) and their widths */
-    int lo = first[0], few = OW > 0 && last[CLPOOL_COLS - 1] - lo <= SPAN;
-    for (int k = 0; k < SPAN; ++k) {
-        int ow = few ? min(lo + k, OW - 1) : 0;
-        width[k] = few ? cell_end(ow, W, OW) - cell_start(ow, W, OW) : 1;
-    }
+    /* the tile's cells lo .. hi - 1, and the widths of lo .. lo + SPAN - 1 (past OW: the
+     * last's) */
+    int lo = first[0], hi = last[CLPOOL_COLS - 1], few = OW > 0 && hi - lo <= SPAN;
+    int w0[SPAN], w1[SPAN];
+    tile_cells_of(w0, w1, lo, max(OW, 1), W, SPAN);
+    for (int k = 0; k < SPAN; ++k)
+        width[k] = few ? w1[k] - w0[k] : 1;
 #define GRAD(oh, ow) LOAD(gp, (pos_t)(oh) * OW + (ow))
     FOR_EACH_ROW(ih, H) {
         if (ih >= next) {
@@ -225,8 +226,11 @@ __kernel void adaptive_avg_pool2d_backward(__global const elem_t *restrict grad_
                 g[c] = 0;
             for (int oh = oh0; oh < oh1 && few; ++oh) {
                 acc_t rows = cell_end(oh, H, OH) - cell_start(oh, H, OH), share[SPAN];
-                for (int k = 0; k < SPAN; ++k)
-                    share[k] = plus_zero(GRAD(oh, min(lo + k, OW - 1)) / rows / width[k]);
+                for (int k = 0; k < SPAN; ++k) {
+                    share[k] = 0; /* a cell past the tile's adds nothing */
+                    if (lo + k < hi)
+                        share[k] = plus_zero(GRAD(oh, lo + k) / rows / width[k]);
+                }
                 for (int c = 0; c < CLPOOL_COLS; ++c)
                     for (int k = 0; k < SPAN; ++k)
                         if (first[c] <= lo + k && lo + k < last[c])
@@ -267,23 +271,29 @@ __kernel void adaptive_avg_pool2d_backward_plane(__global const elem_t *restrict
     }
 }
 
-/* Global (1x1) average pooling: one work-group per plane reduces it in local memory.
- * The work-group size must be a power of two. */
+/* Average pooling of planes of one row of HW elements into OW cells (1-D; a 1x1 output's
+ * plane is one cell): one work-group per cell, plane by plane, reduces it in local memory
+ * (coalesced loads; a cell per work-item reads a long run alone: on the H200, [64,256,4096]
+ * to 7 took 215 us so). The work-group size must be a power of two. */
 __kernel void adaptive_avg_pool2d_global(__global const elem_t *x, __global elem_t *out,
-                                         long HW, __local acc_t *scratch)
+                                         long HW, int OW, __local acc_t *scratch)
 {
-    long plane = get_group_id(0);
-    int lid = get_local_id(0), n = get_local_size(0);
-    __global const elem_t *xp = x + plane * HW;
+    size_t cell = get_group_id(0);
+    int ow = 0, lid = get_local_id(0), n = get_local_size(0);
+    long plane = OW == 1 ? (long)cell : split_row(cell, OW, &ow);
+    long w0 = OW == 1 ? 0 : cell_start(ow, (int)HW, OW);
+    long w1 = OW == 1 ? HW : cell_end(ow, (int)HW, OW);
+    long count = w1 - w0;
+    __global const elem_t *xp = x + plane * HW + w0;
     acc_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     long i = lid;
-    for (; i + 3 * n < HW; i += 4 * n) {
+    for (; i + 3 * n < count; i += 4 * n) {
         s0 += LOAD(xp, i);
         s1 += LOAD(xp, i + n);
         s2 += LOAD(xp, i + 2 * n);
         s3 += LOAD(xp, i + 3 * n);
     }
-    for (; i < HW; i += n)
+    for (; i < count; i += n)
         s0 += LOAD(xp, i);
     scratch[lid] = (s0 + s1) + (s2 + s3);
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -293,7 +303,7 @@ __kernel void adaptive_avg_pool2d_global(__global const elem_t *x, __global elem
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (lid == 0)
-        STORE(out, plane, scratch[0] / (acc_t)HW);
+        STORE(out, cell, scratch[0] / (acc_t)count);
 }
 
 /* Global (1x1) average pooling on a CPU: one work-item sums a plane, 32 elements at a time

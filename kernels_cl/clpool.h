@@ -998,13 +998,42 @@ inline int cells_at(int i, int size, int n, int *o0, int *o1)
     return *o1 < n ? min(leave, cell_start(*o1, size, n)) : leave;
 }
 
-/* The cells [first[c], last[c]) of n over an axis of `size` that contain element i0 + c
- * of a tile of CLPOOL_COLS (those past the axis take its last element's). */
+/* Quotients and remainders of the cell bounds' numerators: 32 bits, unsigned (the
+ * numerators of scaled_bound), unless -DCLPOOL_LARGE_CELLS. */
+#ifdef CLPOOL_LARGE_CELLS
+typedef ulong cell_num_t;
+#else
+typedef uint cell_num_t;
+#endif
+
+/* The cells [first[k], last[k]) of n over an axis of `size` that contain element i0 + k,
+ * for k < count (those past the axis take its last element's). Two bounds are divided out
+ * for i0; each next element adds n / size to the quotients and n % size to their
+ * remainders, carrying one where a remainder reaches size: on the H200 the bounds of each
+ * column, divided out (3 conversions each), made the 1-D gathers compute bound. */
+inline void tile_cells_of(int *first, int *last, int i0, int size, int n, int count)
+{
+    int i = min(i0, size - 1), f = cell_start(i, n, size), l = cell_end(i, n, size);
+    int q = cell_start(1, n, size);
+    cell_num_t s = (cell_num_t)size, r = (cell_num_t)n - (cell_num_t)q * s;
+    cell_num_t rf = (cell_num_t)i * (cell_num_t)n - (cell_num_t)f * s;
+    cell_num_t rl = (cell_num_t)(i + 1) * (cell_num_t)n + (s - 1) - (cell_num_t)l * s;
+    for (int k = 0; k < count; ++k) {
+        first[k] = f;
+        last[k] = l;
+        if (i0 + k + 1 < size) {
+            rf += r;
+            rl += r;
+            f += q + (rf >= s);
+            l += q + (rl >= s);
+            rf -= rf >= s ? s : 0;
+            rl -= rl >= s ? s : 0;
+        }
+    }
+}
+
+/* The cells of the tile of CLPOOL_COLS elements from i0, as tile_cells_of gives them. */
 inline void tile_cells(int *first, int *last, int i0, int size, int n)
 {
-    for (int c = 0; c < CLPOOL_COLS; ++c) {
-        int i = min(i0 + c, size - 1);
-        first[c] = cell_start(i, n, size);
-        last[c] = cell_end(i, n, size);
-    }
+    tile_cells_of(first, last, i0, size, n, CLPOOL_COLS);
 }

@@ -248,6 +248,15 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("gpu/adaptive_max_pool3d_backward/ndhwc",
            _as_gpu(lambda: clpool.adaptive_max_pool3d_backward(g_last, x, i_last)),
            lambda: ref.adaptive_max_pool_backward(grad, x, want_i, 3))
+    # cells of 64 elements or more of a row, and a plane's one cell: a work-group each
+    for name, shape, size in (("row", (1, 2, 200), (1, 3)), ("whole", (2, 1, 9, 8), 1)):
+        x = _data(shape, dtype, 993, ties=True)
+        yield (f"gpu/adaptive_max_pool2d/wide-{name}",
+               _as_gpu(lambda x=x, s=size: clpool.adaptive_max_pool2d(x, s, True)),
+               lambda x=x, s=size: ref.adaptive_max_pool2d(x, s))
+        yield (f"gpu/adaptive_avg_pool2d/wide-{name}",
+               _as_gpu(lambda x=x, s=size: clpool.adaptive_avg_pool2d(x, s)),
+               lambda x=x, s=size: ref.adaptive_avg_pool2d(x, s))
 
 
 def strided_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:

@@ -179,6 +179,45 @@ def test_adaptive_avg_pool1d_and_its_backward_equal_torch(device):
         assert_close(clpool.adaptive_avg_pool1d_backward(g, x), t.grad.numpy(), 1e-5)
 
 
+def _reference_average(x: np.ndarray, size: int) -> np.ndarray:
+    """The float64 reference's adaptive average of a 1-D or 2-D input (1-D: a row each)."""
+    if x.ndim == 3:
+        return ref.adaptive_avg_pool2d(x[..., None, :], (1, size))[..., 0, :]
+    return ref.adaptive_avg_pool2d(x, size)
+
+
+@pytest.mark.parametrize("nan", [False, True])
+def test_a_gpus_wide_cells_reduce_a_work_group_each(device, launched, nan):
+    """On a GPU, cells of 64 elements or more of a plane of one row (1-D), and a plane's one
+    cell (outputs of 1, 1x1, 1x1x1), are reduced by a work-group each: max pooling folds
+    its work-items' partial results in any order and still gives ATen's values and indices
+    bit for bit (the last NaN, else the first of tied maxima, a cell of -inf its first
+    element); the averages equal PyTorch's and the float64 reference's within 1e-5."""
+    rng = np.random.default_rng(170 + nan)
+    cases = [((2, 3, 4096), 7), ((3, 2, 1000), 3), ((2, 2, 300), 1), ((1, 3, 200), 2),
+             ((2, 3, 40, 50), 1), ((2, 2, 5, 6, 7), 1)]  # fmt: skip
+    with policy.use(gpu=True, per_plane=False):
+        for shape, size in cases:
+            rank = len(shape) - 2
+            x = rng.integers(-3, 4, size=shape).astype(np.float32)  # ties
+            x[0, 0, ..., : x.shape[-1] // 2] = -np.inf  # cells all of -inf
+            if nan:
+                x.reshape(-1)[rng.random(x.size) < 0.004] = np.nan
+            want, want_i = getattr(F, f"adaptive_max_pool{rank}d")(
+                torch.from_numpy(x), size, return_indices=True
+            )
+            got, got_i = getattr(clpool, f"adaptive_max_pool{rank}d")(x, size, True)
+            assert same_bits(got, want.numpy()) and same_bits(got_i, want_i.numpy()), shape
+            if rank < 3:
+                x[~np.isfinite(x)] = 0.5
+                got = getattr(clpool, f"adaptive_avg_pool{rank}d")(x, size)
+                want = getattr(F, f"adaptive_avg_pool{rank}d")(torch.from_numpy(x), size)
+                assert_close(got, want.numpy(), 1e-5, shape)
+                assert_close(got, _reference_average(x, size), 1e-5, shape)
+    names = {name for name, _ in launched}
+    assert {"adaptive_max_pool_global", "adaptive_avg_pool2d_global"} <= names
+
+
 def test_device_arrays_strided_too_stay_on_the_device(device):
     queue = fresh_queue(device)
     rng = np.random.default_rng(163)
