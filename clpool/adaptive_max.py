@@ -268,12 +268,20 @@ def _plan_backward(
         p.step_strided("adaptive_max_pool2d_backward_strided", views, H=h, W=w, OH=oh, OW=ow)
     elif n * c and p.by_plane and od * oh * ow <= d * h * w:
         p.step("adaptive_max_pool_backward_plane", (n * c,), local=(1,), **sizes)
-    elif n * c:  # grad_output and indices read as they are, grad_x stored in rows
+    elif n * c:  # grad_output and indices read as they are
         p.as_is = True
-        p.pack_rows(w, views=True)
-        sizes.update(pool3d._view_strides(p, "grad_out", 0, rank), C=c)
-        sizes.update(pool3d._view_strides(p, "indices", 2, rank))
-        _step(p, "adaptive_max_pool_backward", -(-w // p.cols), h, d, n * c, **sizes)
+        strides: Scalars = {**pool3d._view_strides(p, "grad_out", 0, rank), "C": c}
+        strides.update(pool3d._view_strides(p, "indices", 2, rank))
+        if p.gpu and od * oh * ow <= d * h * w:  # grad_x cleared, each cell's element stored
+            (gx, gy, _), (lx, ly, _) = plans.ndrange(p.rt.device, -(-(d * h * w) // 4), 1, n * c)
+            p.step("adaptive_max_pool_clear", (gx, gy, n * c), local=(lx, ly, 1), **sizes)
+            (gx, gy, _), (lx, ly, _) = plans.ndrange(p.rt.device, ow, od * oh, n * c)
+            p.step("adaptive_max_pool_scatter", (gx, gy, n * c), local=(lx, ly, 1), **sizes,
+                   **strides)  # fmt: skip
+        else:  # gathered, grad_x stored in rows
+            p.pack_rows(w, views=True)
+            _step(p, "adaptive_max_pool_backward", -(-w // p.cols), h, d, n * c, **sizes,
+                  **strides)  # fmt: skip
     if not p.as_is:  # grad_output and indices, output-sized, copied (x: its shape only)
         p.arrays = [_fold(a) if i != 1 else a for i, a in enumerate(p.arrays)]
     return p.plan("grad_out", None, "indices")

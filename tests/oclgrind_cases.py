@@ -619,6 +619,13 @@ def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     # NDHWC average into C-contiguous results: the tile's local memory in float32
     yield from _ndhwc_average_cases("tile", _as_gpu, (1, 8, 2, 3, 9),
                                     [("avg_pool3d", (2, 1, 1), (2, 1, 1))], dtype, 904)
+    # the adaptive max backward's gather: more cells than elements (a GPU scatters fewer)
+    x = _data((1, 2, 3, 8), dtype, 905, ties=True)
+    _, idx = ref.adaptive_max_pool2d(x, (5, 12))
+    g = _data(idx.shape, dtype, 906)
+    yield ("gpu/adaptive_max_pool2d_backward/upsampling",
+           _as_gpu(lambda: clpool.adaptive_max_pool2d_backward(g, x, idx)),
+           lambda: ref.adaptive_max_pool_backward(g, x, idx, 2))
 
 
 def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None:

@@ -328,9 +328,9 @@ def test_a_5d_device_view_of_any_strides_is_read_as_it_is(launched):
 
 @pytest.mark.parametrize("gpu", [False, True])
 def test_the_gather_reads_gradients_and_indices_of_any_strides(launched, gpu):
-    """The backward's gather (a GPU's, and a CPU's without a kernel per plane) reads
-    grad_output and indices as they lie: channels-last-3d, every other column of wider
-    arrays, offsets, int32 indices, unbatched; no copy kernel, and ATen's bits."""
+    """The backward's gather (a CPU's without a kernel per plane) and a GPU's clear and
+    scatter read grad_output and indices as they lie: channels-last-3d, every other column
+    of wider arrays, offsets, int32 indices, unbatched; no copy kernel, and ATen's bits."""
     queue = clpool.default_queue()
     rng = np.random.default_rng(29)
 
@@ -346,6 +346,8 @@ def test_the_gather_reads_gradients_and_indices_of_any_strides(launched, gpu):
     def offset(a: np.ndarray) -> cla.Array:
         return cla.to_device(queue, np.concatenate([a[:1], a]))[1:]
 
+    kernels = ["adaptive_max_pool_backward"]
+    kernels = ["adaptive_max_pool_clear", "adaptive_max_pool_scatter"] if gpu else kernels
     for shape, size in (((2, 5, 5, 6, 7), (3, 4, 2)), ((3, 4, 9, 5), (4, 2, 3))):
         x = data(rng, shape, special=True)
         _, idx = F.adaptive_max_pool3d(torch.from_numpy(x), size, return_indices=True)
@@ -362,15 +364,16 @@ def test_the_gather_reads_gradients_and_indices_of_any_strides(launched, gpu):
                 with policy.use(gpu=gpu, per_plane=False):
                     got = clpool.adaptive_max_pool3d_backward(gv, x, iv).get()
                 assert same_bits(got, want), (shape, as_grad, as_indices, index.dtype)
-                assert [name for name, _ in launched] == ["adaptive_max_pool_backward"]
+                assert [name for name, _ in launched] == kernels
 
 
 def test_the_gathers_views_decide_64_bit_offsets_and_keep_packed_rows(monkeypatch,
                                                                       build_options):
     """How far a plane's view of grad_output or of the indices reaches (1 + its largest
     offset) is among the extents that decide 64-bit offsets in the gather: every 7th column
-    of a wider array reaches 7 times further; and a GPU's gather of NDHWC views still
-    stores its rows of the C-contiguous gradient packed."""
+    of a wider array reaches 7 times further; and a GPU's gather (of more cells than
+    elements: upsampling) of NDHWC views still stores its rows of the C-contiguous gradient
+    packed."""
     from clpool import launch, plans
 
     extents = []
@@ -389,6 +392,8 @@ def test_the_gathers_views_decide_64_bit_offsets_and_keep_packed_rows(monkeypatc
     assert same_bits(got, aten.adaptive_max_pool3d_backward(torch.from_numpy(g),
                                                             torch.from_numpy(x), idx).numpy())
     assert 1 + (2 - 1) * 3 * 28 + (3 - 1) * 28 + (4 - 1) * 7 in extents[-1]
+    _, idx = F.adaptive_max_pool3d(torch.from_numpy(x), (4, 6, 8), return_indices=True)
+    g = np.ones(idx.shape, np.float32)
     ndhwc = [launch.channels_last_array(queue, a) for a in (g, idx.numpy())]
     build_options.clear()
     with policy.use(gpu=True, per_plane=False):

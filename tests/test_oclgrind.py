@@ -145,7 +145,8 @@ def test_bfloat16_clean_under_oclgrind(oclgrind: dict[str, str]) -> None:
     new_families = {"max_pool3d_forward", "max_pool3d_backward", "avg_pool3d_forward",
                     "avg_pool3d_backward", "adaptive_avg_pool3d_forward",
                     "adaptive_avg_pool3d_backward", "adaptive_max_pool_forward",
-                    "adaptive_max_pool_backward", "max_unpool_clear", "max_unpool_claim",
+                    "adaptive_max_pool_backward", "adaptive_max_pool_clear",
+                    "adaptive_max_pool_scatter", "max_unpool_clear", "max_unpool_claim",
                     "max_unpool_scatter", "max_unpool_gather"}  # fmt: skip
     assert new_families <= set(launched.group(1).split(",")), launched.group(1)
 
