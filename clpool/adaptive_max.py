@@ -5,10 +5,12 @@ for float32 and float64 with a backward kernel of a plane per work-item; on a GP
 cells tiling a plane run max_pool2d's kernels with that window. A 2-D input of other
 strides (channels-last) is read as it is by the _strided kernels (max_pool2d's for equal
 cells) and gives a result in its memory format; a 3-D one (channels-last-3d or any other) by
-pool3d.cl's, with C-contiguous results as ATen's; its backward's gather (a GPU's, and a
-CPU's where no kernel per plane runs) reads grad_output and indices through their strides,
-a CPU's kernel per plane takes them copied C-contiguous. Indices are flat in the input
-plane or volume: (d * H + h) * W + w, as ATen's."""
+pool3d.cl's, with C-contiguous results as ATen's. A GPU reduces wide cells of a plane of one
+row, and a plane's one cell, by a work-group each; its backward clears grad_x and scatters
+each cell's gradient where cells do not outnumber the elements, else gathers, as a CPU does
+where no kernel per plane runs: both read grad_output and indices through their strides, a
+CPU's kernel per plane takes them copied C-contiguous. Indices are flat in the input plane
+or volume: (d * H + h) * W + w, as ATen's."""
 
 from __future__ import annotations
 
@@ -124,9 +126,8 @@ def _plan_forward(
                                  **sizes)  # fmt: skip
         return p.plan("x")
     # from here on a strided input is 2-D, read as it is by a _strided kernel (3-D: above)
-    wide = (0, 0) if p.strided else ops._wide_cells(p, "adaptive_max_pool_global", (d, h, w),
-                                                    (od, oh, ow))  # fmt: skip
-    cells = None if wide[0] else _max_pool_cells(p, (d, h, w), (od, oh, ow), p.strided)
+    wide = 0 if p.strided else ops._wide_cells(p, (d, h, w), (od, oh, ow))
+    cells = None if wide else _max_pool_cells(p, (d, h, w), (od, oh, ow), p.strided)
     if cells is not None:
         p.family = "max"
         tuned_as = "max_pool2d_forward" if with_indices else "max_pool2d_values"
@@ -148,10 +149,11 @@ def _plan_forward(
     elif n * c * od * oh * ow and p.strided:
         p.step_strided("adaptive_max_pool2d_forward_strided", {"x": 0}, slots,
                        H=h, W=w, OH=oh, OW=ow)  # fmt: skip
-    elif n * c * od * oh * ow and wide[0]:
-        (per_plane, group), acc = wide, 8 if p.dtype == np.float64 else 4
-        p.step("adaptive_max_pool_global", (n * c * per_plane * group,), local=(group,),
-               slots=slots, HW=d * h * w, OW=per_plane, best_v=group * acc,
+    elif n * c * od * oh * ow and wide:
+        group = ops._cell_group(p, "adaptive_max_pool_global", d * h * w, wide)
+        acc = 8 if p.dtype == np.float64 else 4
+        p.step("adaptive_max_pool_global", (n * c * wide * group,), local=(group,),
+               slots=slots, HW=d * h * w, OW=wide, best_v=group * acc,
                best_at=group * 8)  # fmt: skip
     elif n * c * od * oh * ow and cells is not None:
         p.step_by_plane("max_pool2d_forward", (ow, oh, n * c), slots, **ops._max_sizes(cells, h, w))
@@ -276,8 +278,9 @@ def _plan_backward(
             (gx, gy, _), (lx, ly, _) = plans.ndrange(p.rt.device, -(-(d * h * w) // 4), 1, n * c)
             p.step("adaptive_max_pool_clear", (gx, gy, n * c), local=(lx, ly, 1), **sizes)
             (gx, gy, _), (lx, ly, _) = plans.ndrange(p.rt.device, ow, od * oh, n * c)
-            p.step("adaptive_max_pool_scatter", (gx, gy, n * c), local=(lx, ly, 1), **sizes,
-                   **strides)  # fmt: skip
+            if od * oh * ow:  # else the clear is the result
+                p.step("adaptive_max_pool_scatter", (gx, gy, n * c), local=(lx, ly, 1),
+                       **sizes, **strides)  # fmt: skip
         else:  # gathered, grad_x stored in rows
             p.pack_rows(w, views=True)
             _step(p, "adaptive_max_pool_backward", -(-w // p.cols), h, d, n * c, **sizes,

@@ -133,8 +133,10 @@ def _unpool_calls(x: np.ndarray, g: Gradient, windows: Windows) -> Iterator[Call
 def _adaptive_max_calls(x: np.ndarray, g: Gradient) -> Iterator[Call]:
     """(what, got, want, exact) of adaptive max pooling in 1-D, 2-D and 3-D on `x` (seen as
     (N, C, L), (N, C, H, W) and unbatched (C, D, H, W)), down- and upsampling: the forward
-    kernel with and without indices, and the backward kernel."""
-    for rank, a, size in ((1, x[0], 101), (2, x, (4, 9)), (3, x, (2, 5, 33))):
+    kernel with and without indices, and the backward kernel; in 1-D also cells of 64
+    elements or more (a GPU's work-group per cell)."""
+    wide = (1, x[0], max(1, x.shape[-1] // 64))
+    for rank, a, size in ((1, x[0], 101), wide, (2, x, (4, 9)), (3, x, (2, 5, 33))):
         name = f"adaptive_max_pool{rank}d"
         forward, backward = getattr(adaptive_max, name), getattr(adaptive_max, f"{name}_backward")
         got, got_i = forward(a, size, True)

@@ -209,8 +209,8 @@ def _view3d(name: str, offset: bool = True) -> tuple[tuple[str, str], ...]:
     return tuple((f"{name}_{axis}", LONG) for axis in ("offset",) * offset + axes)
 
 
-# The adaptive max backward's gather reads grad_out and indices as 5-D views (its _plane
-# twin, above, as they are copied: C-contiguous).
+# The adaptive max backward's gather and scatter read grad_out and indices as 5-D views
+# (the gather's _plane twin, above, as they are copied: C-contiguous).
 _SIGNATURES["adaptive_max_pool_backward"] = (
     *_SIGNATURES["adaptive_max_pool_backward_plane"], *_view3d("grad_out"), *_view3d("indices"),
     *_ints("C"),

@@ -21,8 +21,9 @@ from .plans import Planner, Scalars
 from .types import OptionalSize, Out, Size, Tensor
 
 INDEX_BITS = {np.dtype(np.int32): 32, np.dtype(np.int64): 64}
-# Adaptive cells of a plane of one row at least this wide are reduced by a work-group each
-# on a GPU (adaptive_avg_pool2d_global, adaptive_max_pool_global).
+# Adaptive cells of a plane of one row, or a plane's one cell, at least this wide are
+# reduced by a work-group each on a GPU (adaptive_avg_pool2d_global,
+# adaptive_max_pool_global).
 WIDE_CELLS = 64
 
 
@@ -414,20 +415,23 @@ def _band_group(p: Planner, h: int, w: int, oh: int) -> int:
     return group if group >= w // 4 else 0
 
 
-def _wide_cells(
-    p: Planner, name: str, volume: tuple[int, ...], out: tuple[int, ...]
-) -> tuple[int, int]:
-    """(cells of a plane, work-group size) where a GPU's kernel `name` reduces each cell by
-    a work-group: a plane's one cell, or the cells of a plane of one row (1-D; one in
-    32-bit cell bounds), each WIDE_CELLS elements or more; else (0, 0). A work-item sums
-    32 elements or more (H200, 1x1 of [64,256,56,56]: 63 -> 55 us), in groups of 64 items
-    at least (two warps: smaller groups leave most of a GPU's threads idle)."""
+def _wide_cells(p: Planner, volume: tuple[int, ...], out: tuple[int, ...]) -> int:
+    """The cells of a plane that a GPU reduces by a work-group each: a plane's one cell, or
+    the cells of a plane of one row (1-D; one in 32-bit cell bounds), each WIDE_CELLS
+    elements or more; else 0."""
     size, cells = math.prod(volume), out[-1]
     whole = all(o == 1 for o in out)
     row = all(v == o == 1 for v, o in zip(volume[:-1], out[:-1], strict=True))
-    if not (p.gpu and (whole or (row and size < 2**31)) and size // cells >= WIDE_CELLS):
-        return 0, 0
-    return cells, p.group_size(name, max(size // cells // 32, 64))
+    wide = p.gpu and (whole or (row and size < 2**31)) and size // max(cells, 1) >= WIDE_CELLS
+    return cells if wide else 0
+
+
+def _cell_group(p: Planner, name: str, size: int, cells: int) -> int:
+    """The work-group size of kernel `name` reducing `cells` cells of planes of `size`
+    elements (_wide_cells), asked once the call's build options are final: a work-item
+    sums 32 elements or more (H200, 1x1 of [64,256,56,56]: 63 -> 55 us), in groups of 64
+    items at least (two warps: smaller groups leave most of a GPU's threads idle)."""
+    return p.group_size(name, max(size // cells // 32, 64))
 
 
 def _equal_cells(h: int, w: int, oh: int, ow: int) -> shapes.Window | None:
@@ -495,8 +499,8 @@ def _plan_adaptive_forward(
     elif whole and not p.gpu:
         # A CPU sums a plane fastest in one work-item.
         p.step("adaptive_avg_pool2d_plane", (n * c,), local=(1,), HW=h * w)
-    elif (wide := _wide_cells(p, "adaptive_avg_pool2d_global", (h, w), (oh, ow)))[0]:
-        per_plane, group = wide
+    elif per_plane := _wide_cells(p, (h, w), (oh, ow)):
+        group = _cell_group(p, "adaptive_avg_pool2d_global", h * w, per_plane)
         p.step(
             "adaptive_avg_pool2d_global",
             (n * c * per_plane * group,),

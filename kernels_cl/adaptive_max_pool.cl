@@ -201,8 +201,8 @@ __kernel void adaptive_max_pool_backward(__global const elem_t *restrict grad_ou
  * them. */
 __kernel void adaptive_max_pool_clear(__global elem_t *restrict grad_x, ADAPTIVE_MAX_SIZES)
 {
-    pos_t volume = (pos_t)D * H * W, i = (pos_t)get_global_id(0) * 4;
-    __global elem_t *xp = grad_x + get_global_id(2) * (long)D * H * W;
+    long volume = (long)D * H * W, i = (long)get_global_id(0) * 4;
+    __global elem_t *xp = grad_x + get_global_id(2) * volume;
     for (int k = 0; k < 4 && i + k < volume; ++k)
         STORE(xp, i + k, (acc_t)0);
 }

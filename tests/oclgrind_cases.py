@@ -21,7 +21,8 @@ Kernels covered: max_pool2d_forward (with and without indices, int32 and int64),
 max_pool2d_backward (int32 and int64 indices, including indices outside the plane),
 avg_pool2d_forward/backward, adaptive_avg_pool2d_forward/backward,
 adaptive_avg_pool2d_band (bands of 16 or more rows), adaptive_avg_pool2d_global (output
-1x1), the `_plane` kernels of max and average pooling and adaptive_avg_pool2d_plane (the
+1x1, and cells of a row: with adaptive_max_pool_global, the "wide" cases), the `_plane`
+kernels of max and average pooling and adaptive_avg_pool2d_plane (the
 CPU kernels: the max, average and adaptive cases again, CPU_WINDOWS and CPU_ADAPTIVE), the
 `_strided` kernels (non-contiguous device arrays, and channels-last numpy arrays: the
 nhwc/ cases, a CPU's rows of 16 channels too, adaptive max pooling's; the 3-D ones on

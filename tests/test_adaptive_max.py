@@ -167,11 +167,12 @@ def test_unbatched_empty_and_zero_sized_outputs(device):
         assert same_bits(grad, np.zeros_like(x))
 
 
-@pytest.mark.parametrize("per_plane", [False, True])
+@pytest.mark.parametrize("per_plane, gpu", [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("index", [np.int64, np.int32])
-def test_an_index_outside_its_cell_is_ignored(device, launched, per_plane, index):
-    """Each kernel adds a gradient only where its index names an element of its own cell:
-    an index outside the plane, or outside its cell, adds nothing anywhere."""
+def test_an_index_outside_its_cell_is_ignored(device, launched, per_plane, gpu, index):
+    """Each kernel (the gather, the CPU's plane per work-item, a GPU's scatter) adds a
+    gradient only where its index names an element of its own cell: an index outside the
+    plane, or outside its cell, adds nothing anywhere."""
     x = np.arange(12, dtype=np.float32).reshape(1, 1, 3, 4)
     _, idx = clpool.adaptive_max_pool2d(x, 2, return_indices=True, index_dtype=index)
     g = np.ones((1, 1, 2, 2), np.float32)
@@ -179,7 +180,7 @@ def test_an_index_outside_its_cell_is_ignored(device, launched, per_plane, index
     big = np.iinfo(index).max
     bad[0, :, 0, 0], bad[0, :, 0, 1], bad[0, :, 1, 0] = -1, 12, 11  # 11: cell (1, 1)'s
     bad[0, 1, 0, 0], bad[0, 1, 0, 1] = big, -big
-    with policy.use(per_plane=per_plane):
+    with policy.use(per_plane=per_plane, gpu=gpu or None):
         got = clpool.adaptive_max_pool2d_backward(
             np.repeat(g, 4, axis=1), np.repeat(x, 4, axis=1), bad
         )
@@ -187,6 +188,7 @@ def test_an_index_outside_its_cell_is_ignored(device, launched, per_plane, index
     want[0, :, 2, 3] = 1  # the one index left as the forward gave it
     assert same_bits(got, want)
     assert launched[-1][0].endswith("_plane") == per_plane
+    assert launched[-1][0].endswith("_scatter") == gpu
 
 
 @pytest.mark.parametrize("per_plane", [False, True])

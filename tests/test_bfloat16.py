@@ -692,6 +692,7 @@ ADAPTIVE_MAX_CASES = [  # rank, shape, output_size: down- and upsampling, overla
     (1, (3, 9), 20),
     (2, (2, 3, 10, 37), (4, 11)),
     (2, (3, 7, 6), (None, 13)),
+    (2, (2, 3, 5, 8), (7, 12)),  # upsampling rows of 8: a GPU's gather stores them packed
     (3, (2, 2, 5, 6, 20), (2, 4, 7)),
     (3, (2, 3, 4, 5), (5, 2, 7)),
 ]
@@ -703,7 +704,8 @@ ADAPTIVE_MAX_CASES = [  # rank, shape, output_size: down- and upsampling, overla
 def test_adaptive_max_pool_is_bit_exact_and_backward(planned, build_options, device):
     """Values and indices bit for bit; the backward rounded once, also where the CPU's
     plane per work-item kernel would be chosen for float32 (it adds in memory), and with a
-    GPU's tiles of columns, stored packed where they divide the row."""
+    GPU's tiles of columns, stored packed where they divide the row (the gather's, of more
+    cells than elements: a GPU scatters fewer)."""
     rng = np.random.default_rng(23)
     for rank, shape, size in ADAPTIVE_MAX_CASES:
         context = (rank, shape, size)
