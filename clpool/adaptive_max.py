@@ -277,8 +277,8 @@ def _plan_backward(
         if p.gpu and od * oh * ow <= d * h * w:  # grad_x cleared, each cell's element stored
             (gx, gy, _), (lx, ly, _) = plans.ndrange(p.rt.device, -(-(d * h * w) // 4), 1, n * c)
             p.step("adaptive_max_pool_clear", (gx, gy, n * c), local=(lx, ly, 1), **sizes)
-            (gx, gy, _), (lx, ly, _) = plans.ndrange(p.rt.device, ow, od * oh, n * c)
             if od * oh * ow:  # else the clear is the result
+                (gx, gy, _), (lx, ly, _) = plans.ndrange(p.rt.device, ow, od * oh, n * c)
                 p.step("adaptive_max_pool_scatter", (gx, gy, n * c), local=(lx, ly, 1),
                        **sizes, **strides)  # fmt: skip
         else:  # gathered, grad_x stored in rows

@@ -92,10 +92,8 @@ __kernel void adaptive_max_pool_global(__global const elem_t *restrict x,
                                        __local acc_t *best_v, __local long *best_at)
 {
     size_t cell = get_group_id(0);
-    int ow = 0, lid = get_local_id(0), n = get_local_size(0);
-    long plane = OW == 1 ? (long)cell : split_row(cell, OW, &ow);
-    long w0 = OW == 1 ? 0 : cell_start(ow, (int)HW, OW);
-    long w1 = OW == 1 ? HW : cell_end(ow, (int)HW, OW);
+    int lid = get_local_id(0), n = get_local_size(0);
+    long w0, w1, plane = row_cell(cell, HW, OW, &w0, &w1);
     __global const elem_t *xp = x + plane * HW;
     acc_t best = -INFINITY;
     long i = w0 + lid, best_i = i < w1 ? i : LONG_MAX;

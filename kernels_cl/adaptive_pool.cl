@@ -279,11 +279,8 @@ __kernel void adaptive_avg_pool2d_global(__global const elem_t *x, __global elem
                                          long HW, int OW, __local acc_t *scratch)
 {
     size_t cell = get_group_id(0);
-    int ow = 0, lid = get_local_id(0), n = get_local_size(0);
-    long plane = OW == 1 ? (long)cell : split_row(cell, OW, &ow);
-    long w0 = OW == 1 ? 0 : cell_start(ow, (int)HW, OW);
-    long w1 = OW == 1 ? HW : cell_end(ow, (int)HW, OW);
-    long count = w1 - w0;
+    int lid = get_local_id(0), n = get_local_size(0);
+    long w0, w1, plane = row_cell(cell, HW, OW, &w0, &w1), count = w1 - w0;
     __global const elem_t *xp = x + plane * HW + w0;
     acc_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     long i = lid;

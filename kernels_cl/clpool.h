@@ -983,6 +983,18 @@ inline int scaled_bound(int i, int size, int n, int up)
 inline int cell_start(int i, int size, int n) { return scaled_bound(i, size, n, 0); }
 inline int cell_end(int i, int size, int n) { return scaled_bound(i + 1, size, n, 1); }
 
+/* The plane of work-group cell `cell` of planes of one row of HW elements in OW cells (a
+ * plane's cells one after another; OW 1: the whole plane, else HW below 2^31), and the
+ * cell's elements [*w0, *w1) of its plane: the reductions by a work-group per cell. */
+inline long row_cell(size_t cell, long HW, int OW, long *w0, long *w1)
+{
+    int ow = 0;
+    long plane = OW == 1 ? (long)cell : split_row(cell, OW, &ow);
+    *w0 = OW == 1 ? 0 : cell_start(ow, (int)HW, OW);
+    *w1 = OW == 1 ? HW : cell_end(ow, (int)HW, OW);
+    return plane;
+}
+
 /* The cells [*o0, *o1) of n over an axis of `size` that contain position i; returns the
  * first position past i where they change (a backward's gathers work out their cells only
  * there: on the H200, once per element made them compute bound). */
