@@ -244,8 +244,16 @@ def _plan_backward(
     strided = p.strided and rank == 2  # read as they are, by a _strided kernel
     p.output("grad_x", x.shape, like=1 if strided else None)
     views = {"grad_out": 0, "indices": 2}
-    cells = _max_pool_cells(p, (d, h, w), (od, oh, ow), everywhere=True)
-    if cells is not None:
+    wide = 0 if p.strided else ops._wide_cells(p, (d, h, w), (od, oh, ow), whole=False)
+    cells = None if wide else _max_pool_cells(p, (d, h, w), (od, oh, ow), everywhere=True)
+    if wide:  # a work-group per cell stores the elements from its start to the next cell's
+        p.specialize("adaptive_max_pool_backward", _extents((d, h, w), (od, oh, ow)))
+        p.cell_bounds(d, h, w, od, oh, ow)
+        group = ops._cell_group(p, "adaptive_max_pool_global_backward", w, wide)
+        if n * c:
+            p.step("adaptive_max_pool_global_backward", (n * c * wide * group,),
+                   local=(group,), W=w, OW=wide)  # fmt: skip
+    elif cells is not None:
         p.family = "max"
         p.specialize("max_pool2d_backward", (h * w, oh * ow), cells, planes=n * c,
                      constants=ops._fixed_cells(p, cells))  # fmt: skip
@@ -255,6 +263,7 @@ def _plan_backward(
                            **ops._max_sizes(cells, h, w))  # fmt: skip
         elif n * c:
             p.step_by_plane("max_pool2d_backward", (w, h, n * c), **ops._max_sizes(cells, h, w))
+    if wide or cells is not None:
         p.arrays = [_fold(a) if i != 1 else a for i, a in enumerate(p.arrays)]
         return p.plan("grad_out", None, "indices")
     # the gather's offsets within a plane's views of grad_output and indices too

@@ -71,18 +71,21 @@ def _calls(x: np.ndarray, g: Gradient, windows: Windows, tall: np.ndarray) -> It
         ref.adaptive_avg_pool2d(tall, 2),
         False,
     )
-    for size in (1, (3, 7), (4, 5)):  # global, equal cells, unequal cells
+    # global, equal cells, unequal cells, cells of 64 elements or more of a row (a GPU's
+    # work-group per cell, backward too)
+    row = x.reshape(*x.shape[:2], 1, -1)
+    for a, size in ((x, 1), (x, (3, 7)), (x, (4, 5)), (row, (1, 8))):
         yield (
-            f"adaptive_avg_pool2d {size}",
-            ops.adaptive_avg_pool2d(x, size),
-            ref.adaptive_avg_pool2d(x, size),
+            f"adaptive_avg_pool2d {a.shape} to {size}",
+            ops.adaptive_avg_pool2d(a, size),
+            ref.adaptive_avg_pool2d(a, size),
             False,
         )
-        grad = g(ref.adaptive_avg_pool2d(x, size).shape)
+        grad = g(ref.adaptive_avg_pool2d(a, size).shape)
         yield (
-            f"adaptive_avg_pool2d_backward {size}",
-            ops.adaptive_avg_pool2d_backward(grad, x),
-            ref.adaptive_avg_pool2d_backward(grad, x),
+            f"adaptive_avg_pool2d_backward {a.shape} to {size}",
+            ops.adaptive_avg_pool2d_backward(grad, a),
+            ref.adaptive_avg_pool2d_backward(grad, a),
             False,
         )
     yield from _unpool_calls(x, g, windows)
@@ -135,7 +138,7 @@ def _adaptive_max_calls(x: np.ndarray, g: Gradient) -> Iterator[Call]:
     (N, C, L), (N, C, H, W) and unbatched (C, D, H, W)), down- and upsampling: the forward
     kernel with and without indices, and the backward kernel; in 1-D also cells of 64
     elements or more (a GPU's work-group per cell)."""
-    wide = (1, x[0], max(1, x.shape[-1] // 64))
+    wide = (1, x.reshape(*x.shape[:2], -1), 8)
     for rank, a, size in ((1, x[0], 101), wide, (2, x, (4, 9)), (3, x, (2, 5, 33))):
         name = f"adaptive_max_pool{rank}d"
         forward, backward = getattr(adaptive_max, name), getattr(adaptive_max, f"{name}_backward")

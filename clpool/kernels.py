@@ -77,6 +77,11 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
         ("scratch", LOCAL),
     ),
     "adaptive_avg_pool2d_plane": (("x", GLOBAL), ("out", GLOBAL), ("HW", LONG)),
+    "adaptive_avg_pool2d_global_backward": (
+        ("grad_out", GLOBAL),
+        ("grad_x", GLOBAL),
+        *_ints("W", "OW"),
+    ),
     "max_unpool_window": (*_UNPOOL_BUFFERS, *_UNPOOL_SIZES, *_UNPOOL_WINDOW_SIZES),
     "max_unpool_tile": (
         *_UNPOOL_BUFFERS,
@@ -120,6 +125,12 @@ _SIGNATURES: dict[str, tuple[tuple[str, str], ...]] = {
         ("indices", GLOBAL),
         ("grad_x", GLOBAL),
         *_ADAPTIVE_MAX_SIZES,
+    ),  # fmt: skip
+    "adaptive_max_pool_global_backward": (
+        ("grad_out", GLOBAL),
+        ("indices", GLOBAL),
+        ("grad_x", GLOBAL),
+        *_ints("W", "OW"),
     ),  # fmt: skip
     "clpool_contiguous": _CONTIGUOUS,
     "clpool_contiguous_index": _CONTIGUOUS,

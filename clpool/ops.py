@@ -415,14 +415,16 @@ def _band_group(p: Planner, h: int, w: int, oh: int) -> int:
     return group if group >= w // 4 else 0
 
 
-def _wide_cells(p: Planner, volume: tuple[int, ...], out: tuple[int, ...]) -> int:
-    """The cells of a plane that a GPU reduces by a work-group each: a plane's one cell, or
-    the cells of a plane of one row (1-D; one in 32-bit cell bounds), each WIDE_CELLS
-    elements or more; else 0."""
+def _wide_cells(
+    p: Planner, volume: tuple[int, ...], out: tuple[int, ...], whole: bool = True
+) -> int:
+    """The cells of a plane that a GPU takes by a work-group each: a plane's one cell
+    (where `whole`), or the cells of a plane of one row (1-D; one in 32-bit cell bounds),
+    each WIDE_CELLS elements or more; else 0."""
     size, cells = math.prod(volume), out[-1]
-    whole = all(o == 1 for o in out)
+    one = whole and all(o == 1 for o in out)
     row = all(v == o == 1 for v, o in zip(volume[:-1], out[:-1], strict=True))
-    wide = p.gpu and (whole or (row and size < 2**31)) and size // max(cells, 1) >= WIDE_CELLS
+    wide = p.gpu and (one or (row and size < 2**31)) and size // max(cells, 1) >= WIDE_CELLS
     return cells if wide else 0
 
 
@@ -545,9 +547,16 @@ def _plan_adaptive_backward(
     oh, ow = grad.shape[-2:]
     p.output("grad_x", x.shape, like=1)
     win = _equal_cells(h, w, oh, ow)
+    row_cells = 0 if p.strided else _wide_cells(p, (h, w), (oh, ow), whole=False)
     if not n * c:
         return p.plan("grad_out", None)
-    if p.strided:
+    if row_cells:
+        p.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow))
+        p.cell_bounds(h, w, oh, ow)
+        group = _cell_group(p, "adaptive_avg_pool2d_global_backward", w, row_cells)
+        p.step("adaptive_avg_pool2d_global_backward", (n * c * row_cells * group,),
+               local=(group,), W=w, OW=row_cells)  # fmt: skip
+    elif p.strided:
         p.specialize("adaptive_avg_pool2d_backward", (h * w, oh * ow))
         p.cell_bounds(h, w, oh, ow)
         p.step_strided(

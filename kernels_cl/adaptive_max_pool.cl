@@ -128,6 +128,30 @@ __kernel void adaptive_max_pool_global(__global const elem_t *restrict x,
         STORE_MAX(out, indices, cell, best_v[0], best_at[0]);
 }
 
+/* The backward of planes of one row of W elements from OW cells (W >= OW): one work-group
+ * per cell, plane by plane, stores the elements from its start to the next cell's, each
+ * the sum of the grad_out of the cell before (where it reaches the element) and of this
+ * one, where their indices name it (the gather's sums, in output order: on an H100,
+ * [64,256,4096] from 7 took 346 us by a clear and a scatter, 27% of its copy bandwidth). */
+__kernel void adaptive_max_pool_global_backward(__global const elem_t *restrict grad_out,
+                                                __global const index_t *restrict indices,
+                                                __global elem_t *restrict grad_x, int W, int OW)
+{
+    int ow, w0, w1, shared;
+    long plane = row_owned(get_group_id(0), W, OW, &ow, &w0, &w1, &shared), cell = plane * OW + ow;
+    index_t at = indices[cell], before_at = ow > 0 ? indices[cell - 1] : -1;
+    acc_t g = LOAD(grad_out, cell), before = ow > 0 ? LOAD(grad_out, cell - 1) : 0;
+    __global elem_t *xp = grad_x + plane * W;
+    for (int w = w0 + get_local_id(0); w < w1; w += get_local_size(0)) {
+        acc_t sum = 0;
+        if (w < shared && before_at == w)
+            sum += before;
+        if (at == w)
+            sum += g;
+        STORE(xp, w, sum);
+    }
+}
+
 /* grad_x[i] = the sum, in ascending output order, of grad_out over the cells that contain
  * input element i and whose index names it (PyTorch's CPU loop adds them in that order);
  * an index outside its cell is ignored. Work-item (tile of CLPOOL_COLS columns, (id, tile

@@ -995,6 +995,19 @@ inline long row_cell(size_t cell, long HW, int OW, long *w0, long *w1)
     return plane;
 }
 
+/* The elements [*w0, *w1) of its plane that work-group cell `cell` of planes of one row of
+ * W elements in OW cells (W >= OW) writes in a backward, from its start to the next cell's,
+ * and *shared, the end of the cell before (0 for the first): those below it lie in that
+ * cell too, and no element lies in more than those two. Returns the plane. */
+inline long row_owned(size_t cell, int W, int OW, int *ow, int *w0, int *w1, int *shared)
+{
+    long plane = split_row(cell, OW, ow);
+    *w0 = cell_start(*ow, W, OW);
+    *w1 = *ow + 1 < OW ? cell_start(*ow + 1, W, OW) : W;
+    *shared = *ow > 0 ? cell_end(*ow - 1, W, OW) : 0;
+    return plane;
+}
+
 /* The cells [*o0, *o1) of n over an axis of `size` that contain position i; returns the
  * first position past i where they change (a backward's gathers work out their cells only
  * there: on the H200, once per element made them compute bound). */

@@ -250,7 +250,8 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
            _as_gpu(lambda: clpool.adaptive_max_pool3d_backward(g_last, x, i_last)),
            lambda: ref.adaptive_max_pool_backward(grad, x, want_i, 3))
     # cells of 64 elements or more of a row, and a plane's one cell: a work-group each
-    for name, shape, size in (("row", (1, 2, 200), (1, 3)), ("whole", (2, 1, 9, 8), 1)):
+    # (a row's backward too; its cells share elements 66 and 133)
+    for name, shape, size in (("row", (2, 2, 1, 200), (1, 3)), ("whole", (2, 1, 9, 8), 1)):
         x = _data(shape, dtype, 993, ties=True)
         yield (f"gpu/adaptive_max_pool2d/wide-{name}",
                _as_gpu(lambda x=x, s=size: clpool.adaptive_max_pool2d(x, s, True)),
@@ -258,6 +259,16 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
         yield (f"gpu/adaptive_avg_pool2d/wide-{name}",
                _as_gpu(lambda x=x, s=size: clpool.adaptive_avg_pool2d(x, s)),
                lambda x=x, s=size: ref.adaptive_avg_pool2d(x, s))
+    x = _data((2, 2, 1, 200), dtype, 995)
+    x[..., 66], x[..., 133] = 10, 9  # 66: cells 0 and 1's maximum; 133: in 1 and 2, 2's
+    _, i = ref.adaptive_max_pool_nd(x, (1, 3), 2)
+    g = _data(i.shape, dtype, 994)
+    yield ("gpu/adaptive_max_pool2d_backward/wide-row",
+           _as_gpu(lambda: clpool.adaptive_max_pool2d_backward(g, x, i)),
+           lambda: ref.adaptive_max_pool_backward(g, x, i, 2))
+    yield ("gpu/adaptive_avg_pool2d_backward/wide-row",
+           _as_gpu(lambda: clpool.adaptive_avg_pool2d_backward(g, x)),
+           lambda: ref.adaptive_avg_pool2d_backward(g, x))
 
 
 def strided_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:

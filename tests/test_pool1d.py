@@ -218,6 +218,49 @@ def test_a_gpus_wide_cells_reduce_a_work_group_each(device, launched, nan):
     assert {"adaptive_max_pool_global", "adaptive_avg_pool2d_global"} <= names
 
 
+@pytest.mark.parametrize("index", [np.int64, np.int32])
+def test_a_gpus_wide_cells_of_a_row_store_their_gradients_by_work_group(device, launched, index):
+    """On a GPU, the backward of cells of 64 elements or more of a plane of one row takes a
+    work-group per cell, which stores the elements from its start to the next cell's:
+    ATen's bits for the average and for the max, where two cells share an element that
+    both name, one names or neither does; an index outside its cell (outside the plane,
+    or naming the next cell's element) adds nothing, as in the float64 reference."""
+    rng = np.random.default_rng(180)
+    cases = [((2, 3, 4096), 7), ((3, 2, 1000), 13), ((1, 2, 200), 3), ((2, 1, 130), 1),
+             ((1, 1, 640), 10)]  # fmt: skip
+    with policy.use(gpu=True, per_plane=False):
+        for shape, size in cases:
+            x = rng.standard_normal(shape).astype(np.float32)
+            w = shape[-1]
+            # cells k - 1 and k share element k * w // size where size does not divide
+            # k * w; for odd k it is both cells' maximum
+            x[..., [k * w // size for k in range(1, size, 2) if k * w % size]] = 10
+            g = rng.standard_normal(shape[:-1] + (size,)).astype(np.float32)
+            g[0, 0, 0] = -0.0  # its share is +0, as ATen's sum (0 + -0)
+            want = torch.ops.aten._adaptive_avg_pool2d_backward(
+                torch.from_numpy(g[..., None, :]), torch.from_numpy(x[..., None, :])
+            )
+            got = clpool.adaptive_avg_pool1d_backward(g, x)
+            assert same_bits(got, want.numpy()[..., 0, :]), shape
+            t = torch.from_numpy(x).requires_grad_()
+            out, idx = F.adaptive_max_pool1d(t, size, return_indices=True)
+            out.backward(torch.from_numpy(g))
+            idx = idx.numpy().astype(index)
+            got = clpool.adaptive_max_pool1d_backward(g, x, idx)
+            assert same_bits(got, t.grad.numpy()), shape
+            bad = idx.copy()
+            bad[0, 0, 0], bad[-1, -1, -1] = -1, w  # ignored by the reference too
+            ignored = bad.copy()
+            if size > 1:  # the last cell's element, and one of the second cell only
+                bad[0, -1, 0], bad[-1, 0, 0] = w - 1, w // size + 5
+                ignored[0, -1, 0] = ignored[-1, 0, 0] = -1
+            got = clpool.adaptive_max_pool1d_backward(g, x, bad)
+            want = ref.adaptive_max_pool_backward(g, x, ignored, 1).astype(np.float32)
+            assert same_bits(got, want), shape
+    names = {name for name, _ in launched}
+    assert {"adaptive_avg_pool2d_global_backward", "adaptive_max_pool_global_backward"} <= names
+
+
 def test_device_arrays_strided_too_stay_on_the_device(device):
     queue = fresh_queue(device)
     rng = np.random.default_rng(163)
