@@ -283,7 +283,11 @@ def _plan_backward(
         p.as_is = True
         strides: Scalars = {**pool3d._view_strides(p, "grad_out", 0, rank), "C": c}
         strides.update(pool3d._view_strides(p, "indices", 2, rank))
-        if p.gpu and od * oh * ow <= d * h * w:  # grad_x cleared, each cell's element stored
+        if p.gpu and 0 < od <= d and 0 < oh <= h and 0 < ow <= w:  # a work-group per slab
+            group = p.group_size("adaptive_max_pool_slab", min(plans.pow2_at_least(w), 256))
+            p.step("adaptive_max_pool_slab", (n * c * od * oh * group,), local=(group,),
+                   **sizes, **strides)  # fmt: skip
+        elif p.gpu and od * oh * ow <= d * h * w:  # grad_x cleared, each cell's element stored
             (gx, gy, _), (lx, ly, _) = plans.ndrange(p.rt.device, -(-(d * h * w) // 4), 1, n * c)
             p.step("adaptive_max_pool_clear", (gx, gy, n * c), local=(lx, ly, 1), **sizes)
             if od * oh * ow:  # else the clear is the result

@@ -267,6 +267,60 @@ __kernel void adaptive_max_pool_scatter(__global const elem_t *restrict grad_out
     STORE(grad_x, plane * volume + e, sum);
 }
 
+/* The backward on a GPU where no axis upsamples: a work-group per slab of a plane (od, oh),
+ * the rows (d, h) from the slab's cells' starts to the next cells' (each row in one slab),
+ * work-items along W. An element lies in two cells of an axis at most: the slab's, or the
+ * one before where it reaches the element, along W its column's. A work-item loads those 8
+ * cells' indices and gradients once for its column and stores, row by row, 0 where none
+ * of the indices lies in the column, else the sum in output order of the gradients of the
+ * cells that contain the element and name it (the gather's sums); no clear, no scatter. */
+__kernel void adaptive_max_pool_slab(__global const elem_t *restrict grad_out,
+                                     __global const index_t *restrict indices,
+                                     __global elem_t *restrict grad_x,
+                                     ADAPTIVE_MAX_SIZES, ADAPTIVE_MAX_VIEW_SIZES)
+{
+    int ch, slab, od, oh;
+    long plane = split_row(get_group_id(0), OD * OH, &slab), image = split_row(plane, C, &ch);
+    od = slab / OH;
+    oh = slab - od * OH;
+    int d0 = cell_start(od, D, OD), d1 = od + 1 < OD ? cell_start(od + 1, D, OD) : D;
+    int h0 = cell_start(oh, H, OH), h1 = oh + 1 < OH ? cell_start(oh + 1, H, OH) : H;
+    /* rows below these lie in cell od - 1 (oh - 1) too */
+    int d_shared = od > 0 ? cell_end(od - 1, D, OD) : 0;
+    int h_shared = oh > 0 ? cell_end(oh - 1, H, OH) : 0;
+    __global const elem_t *gp = grad_out + AT3D(grad_out, image, ch, 0, 0, 0);
+    __global const index_t *ip = indices + AT3D(indices, image, ch, 0, 0, 0);
+    __global elem_t *xp = grad_x + plane * ((pos_t)D * H * W);
+#define CELL(v, d, h, w) ((pos_t)(d) * v##_sd + (pos_t)(h) * v##_sh + (pos_t)(w) * v##_sw)
+    for (int w = get_local_id(0); w < W; w += get_local_size(0)) {
+        int ow0, ow1, hot = 0;
+        cells_at(w, W, OW, &ow0, &ow1);
+        index_t at[8];
+        acc_t g[8];
+        /* cell k: (od - 1 + k / 4, oh - 1 + k / 2 % 2, k % 2 ? ow1 - 1 : ow0), output order */
+        UNROLL for (int k = 0; k < 8; ++k) {
+            int qd = od - 1 + (k >> 2), qh = oh - 1 + ((k >> 1) & 1), qw = k & 1 ? ow1 - 1 : ow0;
+            int cell = qd >= 0 && qh >= 0 && (k & 1 || ow0 < ow1 - 1);
+            at[k] = cell ? ip[CELL(indices, qd, qh, qw)] : -1;
+            g[k] = cell ? LOAD(gp, CELL(grad_out, qd, qh, qw)) : 0;
+            hot |= (at[k] >= 0 && at[k] % W == w) << k;
+        }
+        for (int d = d0; d < d1; ++d)
+            for (int h = h0; h < h1; ++h) {
+                pos_t e = ((pos_t)d * H + h) * W + w;
+                acc_t sum = 0;
+                /* the cells that contain the element: od - 1's where d < d_shared, .. */
+                int in = hot & (d < d_shared ? 0xff : 0xf0) & (h < h_shared ? 0xff : 0xcc);
+                if (in)
+                    UNROLL for (int k = 0; k < 8; ++k)
+                        if (in >> k & 1 && at[k] == e)
+                            sum += g[k];
+                STORE(xp, e, sum);
+            }
+    }
+#undef CELL
+}
+
 /* The backward for a CPU (float32 and float64): one work-item per plane clears it, then
  * adds each cell's grad_out to the element its index names, in output order (PyTorch's CPU
  * loop), where that element lies in the cell; the same sums as the kernel above. */

@@ -249,6 +249,13 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("gpu/adaptive_max_pool3d_backward/ndhwc",
            _as_gpu(lambda: clpool.adaptive_max_pool3d_backward(g_last, x, i_last)),
            lambda: ref.adaptive_max_pool_backward(grad, x, want_i, 3))
+    # rows down and columns up: a GPU's clear and scatter (no axis up: its slabs, above)
+    x = _data((2, 3, 9, 5), dtype, 996, ties=True)
+    _, i = ref.adaptive_max_pool_nd(x, (4, 7), 2)
+    g = _data(i.shape, dtype, 997)
+    yield ("gpu/adaptive_max_pool2d_backward/scatter",
+           _as_gpu(lambda: clpool.adaptive_max_pool2d_backward(g, x, i)),
+           lambda: ref.adaptive_max_pool_backward(g, x, i, 2))
     # cells of 64 elements or more of a row, and a plane's one cell: a work-group each
     # (a row's backward too; its cells share elements 66 and 133)
     for name, shape, size in (("row", (2, 2, 1, 200), (1, 3)), ("whole", (2, 1, 9, 8), 1)):
@@ -631,13 +638,20 @@ def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     # NDHWC average into C-contiguous results: the tile's local memory in float32
     yield from _ndhwc_average_cases("tile", _as_gpu, (1, 8, 2, 3, 9),
                                     [("avg_pool3d", (2, 1, 1), (2, 1, 1))], dtype, 904)
-    # the adaptive max backward's gather: more cells than elements (a GPU scatters fewer)
+    # the adaptive max backward's gather: more cells than elements on every axis
     x = _data((1, 2, 3, 8), dtype, 905, ties=True)
     _, idx = ref.adaptive_max_pool2d(x, (5, 12))
     g = _data(idx.shape, dtype, 906)
     yield ("gpu/adaptive_max_pool2d_backward/upsampling",
            _as_gpu(lambda: clpool.adaptive_max_pool2d_backward(g, x, idx)),
            lambda: ref.adaptive_max_pool_backward(g, x, idx, 2))
+    # rows down, columns up: a GPU's clear and scatter (the first case above: its slabs)
+    y = _data((1, 2, 6, 8), dtype, 907, ties=True)
+    _, y_idx = ref.adaptive_max_pool2d(y, (3, 12))
+    y_g = _data(y_idx.shape, dtype, 908)
+    yield ("gpu/adaptive_max_pool2d_backward/scatter",
+           _as_gpu(lambda: clpool.adaptive_max_pool2d_backward(y_g, y, y_idx)),
+           lambda: ref.adaptive_max_pool_backward(y_g, y, y_idx, 2))
 
 
 def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None:
