@@ -187,16 +187,16 @@ def _calls_3d(x: np.ndarray, g: Gradient) -> Iterator[Call]:
             ref.avg_pool3d_backward(grad, x, *args),
             False,
         )
-    size = (2, 4, 3)
-    want = ref.adaptive_avg_pool3d(x, size)
-    yield "adaptive_avg_pool3d", pool3d.adaptive_avg_pool3d(x, size), want, False
-    grad = g(want.shape)
-    yield (
-        "adaptive_avg_pool3d_backward",
-        pool3d.adaptive_avg_pool3d_backward(grad, x),
-        ref.adaptive_avg_pool3d_backward(grad, x),
-        False,
-    )
+    for size in ((2, 4, 3), (2, 9, 3)):  # down (a GPU's backward by slabs), rows up (gather)
+        want = ref.adaptive_avg_pool3d(x, size)
+        yield f"adaptive_avg_pool3d {size}", pool3d.adaptive_avg_pool3d(x, size), want, False
+        grad = g(want.shape)
+        yield (
+            f"adaptive_avg_pool3d_backward {size}",
+            pool3d.adaptive_avg_pool3d_backward(grad, x),
+            ref.adaptive_avg_pool3d_backward(grad, x),
+            False,
+        )
 
 
 def stages(device: cl.Device) -> list[tuple[np.dtype, bool | None, bool, Windows]]:

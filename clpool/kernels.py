@@ -157,6 +157,7 @@ _SIGNATURES.update(
     avg_pool3d_backward_plane=(("grad_out", GLOBAL), ("grad_x", GLOBAL), *_AVG3D_SIZES),
     adaptive_avg_pool3d_forward=(("x", GLOBAL), ("out", GLOBAL), *_ADAPTIVE3D_SIZES),
     adaptive_avg_pool3d_backward=(("grad_out", GLOBAL), ("grad_x", GLOBAL), *_ADAPTIVE3D_SIZES),
+    adaptive_avg_pool3d_slab=(("grad_out", GLOBAL), ("grad_x", GLOBAL), *_ADAPTIVE3D_SIZES),
 )
 for _name in ("max_pool2d_forward", "max_pool2d_backward", "avg_pool2d_forward",
               "avg_pool2d_backward", "adaptive_avg_pool2d_backward"):  # fmt: skip

@@ -809,7 +809,7 @@ WINDOWS_3D = [
     ("batch-0", (0, 2, 3, 3, 3), 2, 1, 0, 1, False),
     ("vector-rows", (1, 2, 3, 4, 12), 3, 2, 1, 1, True),  # a GPU's rows as vload4 chunks
 ]
-ADAPTIVE_3D = (2, 3, 4)  # down along D, up along W
+ADAPTIVE_3D = (2, 3, 7)  # down along D, up along W (a GPU gathers)
 
 
 def pool3d_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
@@ -853,6 +853,12 @@ def pool3d_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
             yield (f"{plan}adaptive_avg_pool3d_backward/{name}",
                    wrap(lambda g=grad, x=x: clpool.adaptive_avg_pool3d_backward(g, x)),
                    lambda g=grad, x=x: ref.adaptive_avg_pool3d_backward(g, x))
+    # no axis upsampled: a GPU's backward by slabs, cells overlapping on every axis
+    x = _data((2, 2, 5, 7, 9), dtype, 1050)
+    grad = _data((2, 2, 3, 4, 5), dtype, 1051)
+    yield ("gpu/adaptive_avg_pool3d_backward/slabs",
+           _as_gpu(lambda: clpool.adaptive_avg_pool3d_backward(grad, x)),
+           lambda: ref.adaptive_avg_pool3d_backward(grad, x))
     queue = discovery.runtime(discovery.select()).queue
     base = _data((2, 3, 4, 5, 6), dtype, 1100)
     view = cla.to_device(queue, base).transpose((1, 0, 2, 4, 3))

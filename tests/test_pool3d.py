@@ -436,14 +436,19 @@ def test_adaptive_avg_pool3d_sums_each_cell_in_atens_order(dtype):
                          F.adaptive_avg_pool3d(_t(x), size).numpy()), (shape, size)  # fmt: skip
 
 
+# an axis upsampled: a GPU's backward gathers
+UPSAMPLING = [((1, 1, 3, 5, 7), (5, 7, 9)), ((2, 2, 4, 6, 5), (3, 7, 2)),
+              ((1, 2, 7, 5, 3), (3, 2, 4))]  # fmt: skip
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows", [1, 3, 8])
 def test_a_gpus_adaptive_average_backward_takes_rows_of_a_column(rows, dtype, launch_sizes):
-    """On a GPU the contiguous backward takes `rows` rows of a column per work-item, each
-    cell's share worked out once for the rows it holds: ATen's bits (the same divisions in
-    the same order per element) over cells that overlap, upsampling, a last tile cut short;
-    the launch covers H by tiles of rows."""
-    for seed, (shape, size) in enumerate(ADAPTIVE):
+    """On a GPU the contiguous backward, where an axis upsamples, takes `rows` rows of a
+    column per work-item, each cell's share worked out once for the rows it holds: ATen's
+    bits (the same divisions in the same order per element) over cells that overlap, a
+    last tile cut short; the launch covers H by tiles of rows."""
+    for seed, (shape, size) in enumerate(UPSAMPLING):
         x = _data(shape, dtype, 10 + seed)
         g = _data(F.adaptive_avg_pool3d(_t(x), size).shape, dtype, 20 + seed)
         launch_sizes.clear()
@@ -451,6 +456,27 @@ def test_a_gpus_adaptive_average_backward_takes_rows_of_a_column(rows, dtype, la
             got = clpool.adaptive_avg_pool3d_backward(g, x)
         assert same_bits(got, aten._adaptive_avg_pool3d_backward(_t(g), _t(x)).numpy()), shape
         assert launch_sizes[-1][1] >= -(-shape[3] // rows) > launch_sizes[-1][1] // 2, shape
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_gpus_adaptive_average_backward_takes_slabs_where_no_axis_upsamples(dtype, launched):
+    """On a GPU, where no axis upsamples, a work-group per slab of rows stores in each row
+    the sum of shares of its kind (in the cells before along D and H, or not): ATen's bits
+    over cells that overlap on every axis, equal cells, one cell, -0 gradients, and rows
+    wider than a work-group."""
+    cases = [c for c in ADAPTIVE if c not in UPSAMPLING and c[0][-3:] != (3, 5, 7)]
+    cases += [((2, 3, 16, 20, 21), (7, 6, 5)), ((1, 2, 5, 7, 300), (3, 4, 7)),
+              ((3, 16, 56, 56), 7), ((1, 2, 4, 4, 4), 4)]  # fmt: skip
+    rng = np.random.default_rng(31)
+    for shape, size in cases:
+        x = rng.standard_normal(shape).astype(dtype)
+        g = rng.standard_normal(F.adaptive_avg_pool3d(_t(x), size).shape).astype(dtype)
+        g.reshape(-1)[::5] = -0.0
+        launched.clear()
+        with policy.use(gpu=True, per_plane=False):
+            got = clpool.adaptive_avg_pool3d_backward(g, x)
+        assert same_bits(got, aten._adaptive_avg_pool3d_backward(_t(g), _t(x)).numpy()), shape
+        assert [name for name, _ in launched] == ["adaptive_avg_pool3d_slab"], shape
 
 
 def test_adaptive_avg_pool3d_along_an_axis_too_long_for_32_bit_cell_bounds():
