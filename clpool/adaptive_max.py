@@ -6,11 +6,14 @@ cells tiling a plane run max_pool2d's kernels with that window. A 2-D input of o
 strides (channels-last) is read as it is by the _strided kernels (max_pool2d's for equal
 cells) and gives a result in its memory format; a 3-D one (channels-last-3d or any other) by
 pool3d.cl's, with C-contiguous results as ATen's. A GPU reduces wide cells of a plane of one
-row, and a plane's one cell, by a work-group each; its backward clears grad_x and scatters
-each cell's gradient where cells do not outnumber the elements, else gathers, as a CPU does
-where no kernel per plane runs: both read grad_output and indices through their strides, a
-CPU's kernel per plane takes them copied C-contiguous. Indices are flat in the input plane
-or volume: (d * H + h) * W + w, as ATen's."""
+row, and a plane's one cell, by a work-group each, and its backward stores such a row's
+cells by a work-group each too. Where no axis upsamples, a GPU's backward stores slabs of
+rows by a work-group each. Where some axes upsample and cells do not outnumber the
+elements, it clears grad_x and scatters each cell's gradient. Elsewhere it gathers, as a
+CPU does where no kernel per plane runs. The slabs, the scatter and the gather read
+grad_output and indices through their strides. A CPU's kernel per plane, and a GPU's
+row kernel, take them copied C-contiguous. Indices are flat in the input plane or volume:
+(d * H + h) * W + w, as ATen's."""
 
 from __future__ import annotations
 
@@ -285,8 +288,8 @@ def _plan_backward(
         strides.update(pool3d._view_strides(p, "indices", 2, rank))
         if p.gpu and 0 < od <= d and 0 < oh <= h and 0 < ow <= w:  # a work-group per slab
             group = p.group_size("adaptive_max_pool_slab", min(plans.pow2_at_least(w), 256))
-            p.step("adaptive_max_pool_slab", (n * c * od * oh * group,), local=(group,),
-                   **sizes, **strides)  # fmt: skip
+            p.step("adaptive_max_pool_slab", (n * c * od * oh * group, -(-w // group)),
+                   local=(group, 1), **sizes, **strides)  # fmt: skip
         elif p.gpu and od * oh * ow <= d * h * w:  # grad_x cleared, each cell's element stored
             (gx, gy, _), (lx, ly, _) = plans.ndrange(p.rt.device, -(-(d * h * w) // 4), 1, n * c)
             p.step("adaptive_max_pool_clear", (gx, gy, n * c), local=(lx, ly, 1), **sizes)

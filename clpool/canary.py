@@ -158,8 +158,8 @@ def _adaptive_max_calls(x: np.ndarray, g: Gradient) -> Iterator[Call]:
         )
 
 
-# the 3-D ops: window (3, 2, 1), and adaptive to (2, 4, 3); rows of 36: the CPU forwards'
-# 16-lane rows run
+# the 3-D ops: window (3, 2, 1), and adaptive to (2, 4, 3) and (2, 9, 3); rows of 36: the
+# CPU forwards' 16-lane rows run
 SHAPE_3D = (2, 2, 5, 6, 36)
 
 

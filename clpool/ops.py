@@ -23,7 +23,8 @@ from .types import OptionalSize, Out, Size, Tensor
 INDEX_BITS = {np.dtype(np.int32): 32, np.dtype(np.int64): 64}
 # Adaptive cells of a plane of one row, or a plane's one cell, at least this wide are
 # reduced by a work-group each on a GPU (adaptive_avg_pool2d_global,
-# adaptive_max_pool_global).
+# adaptive_max_pool_global), and a row's such cells take a work-group each in the backward
+# (adaptive_avg_pool2d_global_backward, adaptive_max_pool_global_backward).
 WIDE_CELLS = 64
 
 

@@ -585,8 +585,8 @@ def _plan_adaptive_backward(
         _step_strided(p, f"{name}_strided", {"grad_out": 0}, tile=(rows, 1), **sizes)
     elif n * c and p.gpu and all(0 < o <= s for o, s in zip(out, dhw, strict=True)):
         group = p.group_size("adaptive_avg_pool3d_slab", min(plans.pow2_at_least(w), 256))
-        p.step("adaptive_avg_pool3d_slab", (n * c * out[0] * out[1] * group,), local=(group,),
-               **sizes)  # fmt: skip
+        p.step("adaptive_avg_pool3d_slab", (n * c * out[0] * out[1] * group, -(-w // group)),
+               local=(group, 1), **sizes)  # fmt: skip
     elif n * c:
         p.rows = p.policy.tile(p.rt.device, name)[0]  # rows of a column per work-item
         p.step(name, (w, h, n * c * d), **sizes)

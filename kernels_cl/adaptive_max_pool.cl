@@ -212,14 +212,14 @@ __kernel void adaptive_max_pool_backward(__global const elem_t *restrict grad_ou
     }
 }
 
-/* The backward on a GPU where cells do not outnumber the input's elements: grad_x = 0
- * (adaptive_max_pool_clear, 4 elements a work-item), then a work-item per cell (ow, (od,
- * oh), plane) stores into the element its index names, where that lies in the cell, the
- * sum in output order of grad_out over the cells that contain the element and name it,
- * unless an earlier one of them does so: the gather's sums (PyTorch's CPU order), each
- * element stored once, without atomics. The gather above stores every element after
- * loading its cells' indices (on the H200, NCDHW [8,64,16,56,56] from 7x7x7 took 65.7 us
- * so, 38% of the copy bandwidth). grad_out and indices are read as the gather reads
+/* The backward on a GPU where cells do not outnumber the input's elements but some axes
+ * upsample (else the slabs below run): grad_x = 0 (adaptive_max_pool_clear, 4 elements a
+ * work-item), then a work-item per cell (ow, (od, oh), plane) stores into the element its
+ * index names, where that lies in the cell, the sum in output order of grad_out over the
+ * cells that contain the element and name it, unless an earlier one of them does so: the
+ * gather's sums (PyTorch's CPU order), each element stored once, without atomics. On an
+ * H100, NCDHW [8,64,16,56,56] from 7x7x7 took 145 us so, 25% of its copy bandwidth (the
+ * gather above: 65.7 us on the H200). grad_out and indices are read as the gather reads
  * them. */
 __kernel void adaptive_max_pool_clear(__global elem_t *restrict grad_x, ADAPTIVE_MAX_SIZES)
 {
@@ -269,17 +269,20 @@ __kernel void adaptive_max_pool_scatter(__global const elem_t *restrict grad_out
 
 /* The backward on a GPU where no axis upsamples: a work-group per slab of a plane (od, oh),
  * the rows (d, h) from the slab's cells' starts to the next cells' (each row in one slab),
- * work-items along W. An element lies in two cells of an axis at most: the slab's, or the
- * one before where it reaches the element, along W its column's. A work-item loads those 8
- * cells' indices and gradients once for its column and stores, row by row, 0 where none
- * of the indices lies in the column, else the sum in output order of the gradients of the
- * cells that contain the element and name it (the gather's sums); no clear, no scatter. */
+ * and chunk of columns (dimension 1), a work-item per column. An element lies in two cells
+ * of an axis at most: the slab's, or the one before where it reaches the element, along W
+ * its column's. A work-item loads those 8 cells' indices and gradients once and stores,
+ * row by row, 0 where none of the indices lies in its column, else the sum in output
+ * order of the gradients of the cells that contain the element and name it (the gather's
+ * sums); no clear, no scatter. */
 __kernel void adaptive_max_pool_slab(__global const elem_t *restrict grad_out,
                                      __global const index_t *restrict indices,
                                      __global elem_t *restrict grad_x,
                                      ADAPTIVE_MAX_SIZES, ADAPTIVE_MAX_VIEW_SIZES)
 {
-    int ch, slab, od, oh;
+    int ch, slab, od, oh, w = get_group_id(1) * get_local_size(0) + get_local_id(0);
+    if (w >= W)
+        return;
     long plane = split_row(get_group_id(0), OD * OH, &slab), image = split_row(plane, C, &ch);
     od = slab / OH;
     oh = slab - od * OH;
@@ -292,32 +295,30 @@ __kernel void adaptive_max_pool_slab(__global const elem_t *restrict grad_out,
     __global const index_t *ip = indices + AT3D(indices, image, ch, 0, 0, 0);
     __global elem_t *xp = grad_x + plane * ((pos_t)D * H * W);
 #define CELL(v, d, h, w) ((pos_t)(d) * v##_sd + (pos_t)(h) * v##_sh + (pos_t)(w) * v##_sw)
-    for (int w = get_local_id(0); w < W; w += get_local_size(0)) {
-        int ow0, ow1, hot = 0;
-        cells_at(w, W, OW, &ow0, &ow1);
-        index_t at[8];
-        acc_t g[8];
-        /* cell k: (od - 1 + k / 4, oh - 1 + k / 2 % 2, k % 2 ? ow1 - 1 : ow0), output order */
-        UNROLL for (int k = 0; k < 8; ++k) {
-            int qd = od - 1 + (k >> 2), qh = oh - 1 + ((k >> 1) & 1), qw = k & 1 ? ow1 - 1 : ow0;
-            int cell = qd >= 0 && qh >= 0 && (k & 1 || ow0 < ow1 - 1);
-            at[k] = cell ? ip[CELL(indices, qd, qh, qw)] : -1;
-            g[k] = cell ? LOAD(gp, CELL(grad_out, qd, qh, qw)) : 0;
-            hot |= (at[k] >= 0 && at[k] % W == w) << k;
-        }
-        for (int d = d0; d < d1; ++d)
-            for (int h = h0; h < h1; ++h) {
-                pos_t e = ((pos_t)d * H + h) * W + w;
-                acc_t sum = 0;
-                /* the cells that contain the element: od - 1's where d < d_shared, .. */
-                int in = hot & (d < d_shared ? 0xff : 0xf0) & (h < h_shared ? 0xff : 0xcc);
-                if (in)
-                    UNROLL for (int k = 0; k < 8; ++k)
-                        if (in >> k & 1 && at[k] == e)
-                            sum += g[k];
-                STORE(xp, e, sum);
-            }
+    int ow0, ow1, hot = 0;
+    cells_at(w, W, OW, &ow0, &ow1);
+    index_t at[8];
+    acc_t g[8];
+    /* cell k: (od - 1 + k / 4, oh - 1 + k / 2 % 2, k % 2 ? ow1 - 1 : ow0), output order */
+    UNROLL for (int k = 0; k < 8; ++k) {
+        int qd = od - 1 + (k >> 2), qh = oh - 1 + ((k >> 1) & 1), qw = k & 1 ? ow1 - 1 : ow0;
+        int cell = qd >= 0 && qh >= 0 && (k & 1 || ow0 < ow1 - 1);
+        at[k] = cell ? ip[CELL(indices, qd, qh, qw)] : -1;
+        g[k] = cell ? LOAD(gp, CELL(grad_out, qd, qh, qw)) : 0;
+        hot |= (at[k] >= 0 && at[k] % W == w) << k;
     }
+    for (int d = d0; d < d1; ++d)
+        for (int h = h0; h < h1; ++h) {
+            pos_t e = ((pos_t)d * H + h) * W + w;
+            acc_t sum = 0;
+            /* the cells that contain the element: od - 1's where d < d_shared, .. */
+            int in = hot & (d < d_shared ? 0xff : 0xf0) & (h < h_shared ? 0xff : 0xcc);
+            if (in)
+                UNROLL for (int k = 0; k < 8; ++k)
+                    if (in >> k & 1 && at[k] == e)
+                        sum += g[k];
+            STORE(xp, e, sum);
+        }
 #undef CELL
 }
 

@@ -574,15 +574,18 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
 
 /* The backward on a GPU where no axis upsamples: a work-group per slab of a volume (od,
  * oh), the rows (d, h) from those cells' starts to the next cells' (each row in one slab),
- * work-items along W (adaptive_max_pool.cl's slabs). A row lies in cells od - 1 and oh - 1
- * too where they reach it, or not: a work-item works out, once for its column, each of the
- * four kinds of row's sum of shares in output order (SUM_SHARES3D's shares and sums), and
- * stores its kind's in each row; the gather above divides three times a cell per tile of
- * rows (on the H200, [8,64,16,56,56] from 7x7x7: 103.4 us, 24% of the copy bandwidth). */
+ * and chunk of columns (dimension 1), a work-item per column (adaptive_max_pool.cl's
+ * slabs). A row lies in cells od - 1 and oh - 1 too where they reach it, or not: a
+ * work-item works out each of the four kinds of row's sum of shares in output order
+ * (SUM_SHARES3D's shares and sums) and stores its kind's in each row; the gather above
+ * divides three times a cell per tile of rows (on the H200, [8,64,16,56,56] from 7x7x7:
+ * 103.4 us, 24% of the copy bandwidth). */
 __kernel void adaptive_avg_pool3d_slab(__global const elem_t *restrict grad_out,
                                        __global elem_t *restrict grad_x, ADAPTIVE_POOL3D_SIZES)
 {
-    int slab;
+    int slab, w = get_group_id(1) * get_local_size(0) + get_local_id(0);
+    if (w >= W)
+        return;
     long volume = split_row(get_group_id(0), OD * OH, &slab);
     int od = slab / OH, oh = slab - od * OH;
     int d0 = cell_start(od, D, OD), d1 = od + 1 < OD ? cell_start(od + 1, D, OD) : D;
@@ -592,32 +595,30 @@ __kernel void adaptive_avg_pool3d_slab(__global const elem_t *restrict grad_out,
     int h_shared = oh > 0 ? cell_end(oh - 1, H, OH) : 0;
     __global const elem_t *gp = grad_out + volume * OD * OH * OW;
     __global elem_t *xp = grad_x + volume * ((pos_t)D * H * W);
-    for (int w = get_local_id(0); w < W; w += get_local_size(0)) {
-        int ow0, ow1;
-        cells_at(w, W, OW, &ow0, &ow1);
-        /* the sums of rows in cell od only, in od and oh - 1, in od - 1 and oh, in all */
-        acc_t only = 0, up_h = 0, up_d = 0, both = 0;
-        for (int qd = max(od - 1, 0); qd <= od; ++qd) {
-            acc_t depth = (acc_t)(cell_end(qd, D, OD) - cell_start(qd, D, OD));
-            for (int qh = max(oh - 1, 0); qh <= oh; ++qh) {
-                acc_t rows = (acc_t)(cell_end(qh, H, OH) - cell_start(qh, H, OH));
-                for (int ow = ow0; ow < ow1; ++ow) {
-                    acc_t cols = (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW));
-                    acc_t v = LOAD(gp, ((pos_t)qd * OH + qh) * OW + ow);
-                    acc_t share = plus_zero(v / depth / rows / cols);
-                    both += share;
-                    up_h += qd == od ? share : 0;
-                    up_d += qh == oh ? share : 0;
-                    only += qd == od && qh == oh ? share : 0;
-                }
+    int ow0, ow1;
+    cells_at(w, W, OW, &ow0, &ow1);
+    /* the sums of rows in cell od only, in od and oh - 1, in od - 1 and oh, in all */
+    acc_t only = 0, up_h = 0, up_d = 0, both = 0;
+    for (int qd = max(od - 1, 0); qd <= od; ++qd) {
+        acc_t depth = (acc_t)(cell_end(qd, D, OD) - cell_start(qd, D, OD));
+        for (int qh = max(oh - 1, 0); qh <= oh; ++qh) {
+            acc_t rows = (acc_t)(cell_end(qh, H, OH) - cell_start(qh, H, OH));
+            for (int ow = ow0; ow < ow1; ++ow) {
+                acc_t cols = (acc_t)(cell_end(ow, W, OW) - cell_start(ow, W, OW));
+                acc_t v = LOAD(gp, ((pos_t)qd * OH + qh) * OW + ow);
+                acc_t share = plus_zero(v / depth / rows / cols);
+                both += share;
+                up_h += qd == od ? share : 0;
+                up_d += qh == oh ? share : 0;
+                only += qd == od && qh == oh ? share : 0;
             }
         }
-        for (int d = d0; d < d1; ++d)
-            for (int h = h0; h < h1; ++h) {
-                acc_t in_d = h < h_shared ? both : up_d, in_od = h < h_shared ? up_h : only;
-                STORE(xp, ((pos_t)d * H + h) * W + w, d < d_shared ? in_d : in_od);
-            }
     }
+    for (int d = d0; d < d1; ++d)
+        for (int h = h0; h < h1; ++h) {
+            acc_t in_d = h < h_shared ? both : up_d, in_od = h < h_shared ? up_h : only;
+            STORE(xp, ((pos_t)d * H + h) * W + w, d < d_shared ? in_d : in_od);
+        }
 }
 
 /* ---- The 3-D _strided kernels: inputs of any 5-D strides and offset, results written

@@ -610,7 +610,8 @@ def bfloat16_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """bfloat16's GPU tiles (planned as for a GPU): rows loaded 8 elements at a time and
     tile rows stored 4 at a time (-DCLPOOL_VEC8, -DCLPOOL_PACK=4), row tails included; the
-    3-D forwards' rows in chunks of 8; the NDHWC average ops' local tile."""
+    3-D forwards' rows in chunks of 8; the NDHWC average ops' local tile; the adaptive max
+    backward's gather and scatter; the one-pass adaptive backward kernels."""
     y = _data((1, 2, 7, 16), dtype, 901, ties=True)
     g = _data((1, 2, 4, 8), dtype, 902)
     out, idx = ref.max_pool2d_with_indices(y, 3, 2, 1)
@@ -645,13 +646,30 @@ def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("gpu/adaptive_max_pool2d_backward/upsampling",
            _as_gpu(lambda: clpool.adaptive_max_pool2d_backward(g, x, idx)),
            lambda: ref.adaptive_max_pool_backward(g, x, idx, 2))
-    # rows down, columns up: a GPU's clear and scatter (the first case above: its slabs)
+    # rows down, columns up: a GPU's clear and scatter (its slabs: the first adaptive max
+    # case's backward, 1d-shrink)
     y = _data((1, 2, 6, 8), dtype, 907, ties=True)
     _, y_idx = ref.adaptive_max_pool2d(y, (3, 12))
     y_g = _data(y_idx.shape, dtype, 908)
     yield ("gpu/adaptive_max_pool2d_backward/scatter",
            _as_gpu(lambda: clpool.adaptive_max_pool2d_backward(y_g, y, y_idx)),
            lambda: ref.adaptive_max_pool_backward(y_g, y, y_idx, 2))
+    # the one-pass backward kernels: the 3-D average's slabs, a row's wide cells
+    z = _data((1, 2, 5, 7, 9), dtype, 909)
+    z_g = _data((1, 2, 3, 4, 5), dtype, 910)
+    yield ("gpu/adaptive_avg_pool3d_backward/slabs",
+           _as_gpu(lambda: clpool.adaptive_avg_pool3d_backward(z_g, z)),
+           lambda: ref.adaptive_avg_pool3d_backward(z_g, z))
+    r = _data((1, 2, 200), dtype, 911)
+    r[..., 66] = 9  # the maximum of cells 0 and 1, which share it
+    _, r_idx = ref.adaptive_max_pool_nd(r, 3, 1)
+    r_g = _data(r_idx.shape, dtype, 912)
+    yield ("gpu/adaptive_max_pool1d_backward/wide-row",
+           _as_gpu(lambda: clpool.adaptive_max_pool1d_backward(r_g, r, r_idx)),
+           lambda: ref.adaptive_max_pool_backward(r_g, r, r_idx, 1))
+    yield ("gpu/adaptive_avg_pool1d_backward/wide-row",
+           _as_gpu(lambda: clpool.adaptive_avg_pool1d_backward(r_g, r)),
+           lambda: ref.adaptive_avg_pool2d_backward(r_g[..., None, :], r[..., None, :])[..., 0, :])
 
 
 def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None:
@@ -809,7 +827,7 @@ WINDOWS_3D = [
     ("batch-0", (0, 2, 3, 3, 3), 2, 1, 0, 1, False),
     ("vector-rows", (1, 2, 3, 4, 12), 3, 2, 1, 1, True),  # a GPU's rows as vload4 chunks
 ]
-ADAPTIVE_3D = (2, 3, 7)  # down along D, up along W (a GPU gathers)
+ADAPTIVE_3D = (2, 3, 7)  # up along W but for vector-rows (a GPU gathers, else its slabs)
 
 
 def pool3d_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
@@ -849,7 +867,7 @@ def pool3d_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
                lambda x=x: clpool.adaptive_avg_pool3d(x, ADAPTIVE_3D),
                lambda x=x: ref.adaptive_avg_pool3d(x, ADAPTIVE_3D))
         grad = _data(ref.adaptive_avg_pool3d(x, ADAPTIVE_3D).shape, dtype, 1000 + seed)
-        for plan, wrap in (("", lambda run: run), ("gpu/", _as_gpu)):  # rows of a column
+        for plan, wrap in (("", lambda run: run), ("gpu/", _as_gpu)):
             yield (f"{plan}adaptive_avg_pool3d_backward/{name}",
                    wrap(lambda g=grad, x=x: clpool.adaptive_avg_pool3d_backward(g, x)),
                    lambda g=grad, x=x: ref.adaptive_avg_pool3d_backward(g, x))

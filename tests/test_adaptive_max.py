@@ -221,8 +221,9 @@ def test_a_gpus_slabs_ignore_indices_of_the_cells_before(device, launched):
     assert launched[-1][0] == "adaptive_max_pool_slab"
 
 
-# every axis downsampled by cells that do not divide it, so that neighbours share elements
-SLABS = {1: [((2, 3, 90), 13)], 2: [((2, 3, 13, 11), (5, 4))],
+# every axis downsampled by cells that do not divide it, so that neighbours share elements;
+# rows of 600: columns in three work-groups of 256
+SLABS = {1: [((2, 3, 90), 13), ((1, 2, 600), 49)], 2: [((2, 3, 13, 11), (5, 4))],
          3: [((2, 3, 16, 20, 21), (7, 6, 5)), ((3, 5, 7, 64), (5, 3, 4))]}  # fmt: skip
 
 
