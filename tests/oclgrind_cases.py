@@ -266,10 +266,16 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
         yield (f"gpu/adaptive_avg_pool2d/wide-{name}",
                _as_gpu(lambda x=x, s=size: clpool.adaptive_avg_pool2d(x, s)),
                lambda x=x, s=size: ref.adaptive_avg_pool2d(x, s))
-    x = _data((2, 2, 1, 200), dtype, 995)
+    yield from wide_row_backward_cases(dtype, 995)
+
+
+def wide_row_backward_cases(dtype: np.dtype, seed: int) -> Iterator[tuple[str, object, object]]:
+    """A GPU's backward of a row's cells of 64 elements or more, max and average: one-row
+    planes of 200 into 3 cells, which share elements 66 and 133."""
+    x = _data((2, 2, 1, 200), dtype, seed)
     x[..., 66], x[..., 133] = 10, 9  # 66: cells 0 and 1's maximum; 133: in 1 and 2, 2's
     _, i = ref.adaptive_max_pool_nd(x, (1, 3), 2)
-    g = _data(i.shape, dtype, 994)
+    g = _data(i.shape, dtype, seed + 1)
     yield ("gpu/adaptive_max_pool2d_backward/wide-row",
            _as_gpu(lambda: clpool.adaptive_max_pool2d_backward(g, x, i)),
            lambda: ref.adaptive_max_pool_backward(g, x, i, 2))
@@ -660,16 +666,7 @@ def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("gpu/adaptive_avg_pool3d_backward/slabs",
            _as_gpu(lambda: clpool.adaptive_avg_pool3d_backward(z_g, z)),
            lambda: ref.adaptive_avg_pool3d_backward(z_g, z))
-    r = _data((1, 2, 200), dtype, 911)
-    r[..., 66] = 9  # the maximum of cells 0 and 1, which share it
-    _, r_idx = ref.adaptive_max_pool_nd(r, 3, 1)
-    r_g = _data(r_idx.shape, dtype, 912)
-    yield ("gpu/adaptive_max_pool1d_backward/wide-row",
-           _as_gpu(lambda: clpool.adaptive_max_pool1d_backward(r_g, r, r_idx)),
-           lambda: ref.adaptive_max_pool_backward(r_g, r, r_idx, 1))
-    yield ("gpu/adaptive_avg_pool1d_backward/wide-row",
-           _as_gpu(lambda: clpool.adaptive_avg_pool1d_backward(r_g, r)),
-           lambda: ref.adaptive_avg_pool2d_backward(r_g[..., None, :], r[..., None, :])[..., 0, :])
+    yield from wide_row_backward_cases(dtype, 911)
 
 
 def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None:
