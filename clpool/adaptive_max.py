@@ -286,7 +286,7 @@ def _plan_backward(
         p.as_is = True
         strides: Scalars = {**pool3d._view_strides(p, "grad_out", 0, rank), "C": c}
         strides.update(pool3d._view_strides(p, "indices", 2, rank))
-        if p.gpu and 0 < od <= d and 0 < oh <= h and 0 < ow <= w:  # a work-group per slab
+        if p.gpu and shapes.shrinks((d, h, w), (od, oh, ow)):  # a work-group per slab
             group = p.group_size("adaptive_max_pool_slab", min(plans.pow2_at_least(w), 256))
             p.step("adaptive_max_pool_slab", (n * c * od * oh * group, -(-w // group)),
                    local=(group, 1), **sizes, **strides)  # fmt: skip

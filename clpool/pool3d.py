@@ -583,7 +583,7 @@ def _plan_adaptive_backward(
     elif n * c and p.strided:  # C-contiguous, as ATen's
         rows = p.policy.nhwc_tile(p.rt.device, "adaptive3d", False, backward=True)[0]
         _step_strided(p, f"{name}_strided", {"grad_out": 0}, tile=(rows, 1), **sizes)
-    elif n * c and p.gpu and all(0 < o <= s for o, s in zip(out, dhw, strict=True)):
+    elif n * c and p.gpu and shapes.shrinks(dhw, out):
         group = p.group_size("adaptive_avg_pool3d_slab", min(plans.pow2_at_least(w), 256))
         p.step("adaptive_avg_pool3d_slab", (n * c * out[0] * out[1] * group, -(-w // group)),
                local=(group, 1), **sizes)  # fmt: skip

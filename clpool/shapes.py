@@ -242,6 +242,12 @@ def adaptive_output(spatial: tuple[int, ...], output_size: object) -> tuple[int,
     return out
 
 
+def shrinks(spatial: tuple[int, ...], out: tuple[int, ...]) -> bool:
+    """Whether adaptive pooling of `spatial` to `out` upsamples no axis and empties none (no
+    position then lies in more than two cells of an axis)."""
+    return all(0 < o <= s for o, s in zip(out, spatial, strict=True))
+
+
 def divisor(value: object) -> int:
     """divisor_override as a non-zero int (0 means no override)."""
     if value is None:

@@ -995,16 +995,23 @@ inline long row_cell(size_t cell, long HW, int OW, long *w0, long *w1)
     return plane;
 }
 
-/* The elements [*w0, *w1) of its plane that work-group cell `cell` of planes of one row of
- * W elements in OW cells (W >= OW) writes in a backward, from its start to the next cell's,
- * and *shared, the end of the cell before (0 for the first): those below it lie in that
- * cell too, and no element lies in more than those two. Returns the plane. */
+/* The positions [*i0, *i1) of an axis of `size` in n cells (size >= n) that a backward's
+ * cell o stores, from its start to the next cell's (every position in one cell's), and
+ * the end of the cell before (0 for the first): positions below it lie in that cell too,
+ * and none lies in more than those two. */
+inline int owned_cells(int o, int size, int n, int *i0, int *i1)
+{
+    *i0 = cell_start(o, size, n);
+    *i1 = o + 1 < n ? cell_start(o + 1, size, n) : size;
+    return o > 0 ? cell_end(o - 1, size, n) : 0;
+}
+
+/* The plane of work-group cell `cell` of planes of one row of W elements in OW cells (W >=
+ * OW), its elements [*w0, *w1) and *shared, as owned_cells gives them. */
 inline long row_owned(size_t cell, int W, int OW, int *ow, int *w0, int *w1, int *shared)
 {
     long plane = split_row(cell, OW, ow);
-    *w0 = cell_start(*ow, W, OW);
-    *w1 = *ow + 1 < OW ? cell_start(*ow + 1, W, OW) : W;
-    *shared = *ow > 0 ? cell_end(*ow - 1, W, OW) : 0;
+    *shared = owned_cells(*ow, W, OW, w0, w1);
     return plane;
 }
 

@@ -588,11 +588,8 @@ __kernel void adaptive_avg_pool3d_slab(__global const elem_t *restrict grad_out,
         return;
     long volume = split_row(get_group_id(0), OD * OH, &slab);
     int od = slab / OH, oh = slab - od * OH;
-    int d0 = cell_start(od, D, OD), d1 = od + 1 < OD ? cell_start(od + 1, D, OD) : D;
-    int h0 = cell_start(oh, H, OH), h1 = oh + 1 < OH ? cell_start(oh + 1, H, OH) : H;
-    /* rows below these lie in cell od - 1 (oh - 1) too */
-    int d_shared = od > 0 ? cell_end(od - 1, D, OD) : 0;
-    int h_shared = oh > 0 ? cell_end(oh - 1, H, OH) : 0;
+    int d0, d1, h0, h1; /* rows below d_shared (h_shared) lie in cell od - 1 (oh - 1) too */
+    int d_shared = owned_cells(od, D, OD, &d0, &d1), h_shared = owned_cells(oh, H, OH, &h0, &h1);
     __global const elem_t *gp = grad_out + volume * OD * OH * OW;
     __global elem_t *xp = grad_x + volume * ((pos_t)D * H * W);
     int ow0, ow1;

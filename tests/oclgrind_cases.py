@@ -250,12 +250,7 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
            _as_gpu(lambda: clpool.adaptive_max_pool3d_backward(g_last, x, i_last)),
            lambda: ref.adaptive_max_pool_backward(grad, x, want_i, 3))
     # rows down and columns up: a GPU's clear and scatter (no axis up: its slabs, above)
-    x = _data((2, 3, 9, 5), dtype, 996, ties=True)
-    _, i = ref.adaptive_max_pool_nd(x, (4, 7), 2)
-    g = _data(i.shape, dtype, 997)
-    yield ("gpu/adaptive_max_pool2d_backward/scatter",
-           _as_gpu(lambda: clpool.adaptive_max_pool2d_backward(g, x, i)),
-           lambda: ref.adaptive_max_pool_backward(g, x, i, 2))
+    yield gpu_max_backward_case("scatter", (2, 3, 9, 5), (4, 7), dtype, 996)
     # cells of 64 elements or more of a row, and a plane's one cell: a work-group each
     # (a row's backward too; its cells share elements 66 and 133)
     for name, shape, size in (("row", (2, 2, 1, 200), (1, 3)), ("whole", (2, 1, 9, 8), 1)):
@@ -267,6 +262,29 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
                _as_gpu(lambda x=x, s=size: clpool.adaptive_avg_pool2d(x, s)),
                lambda x=x, s=size: ref.adaptive_avg_pool2d(x, s))
     yield from wide_row_backward_cases(dtype, 995)
+
+
+def gpu_max_backward_case(name: str, shape: tuple[int, ...], size: tuple[int, int],
+                          dtype: np.dtype, seed: int) -> tuple[str, object, object]:
+    """adaptive_max_pool2d_backward as planned for a GPU, from the indices of `shape` (with
+    ties) to `size`."""
+    x = _data(shape, dtype, seed, ties=True)
+    _, i = ref.adaptive_max_pool_nd(x, size, 2)
+    g = _data(i.shape, dtype, seed + 1)
+    return (f"gpu/adaptive_max_pool2d_backward/{name}",
+            _as_gpu(lambda: clpool.adaptive_max_pool2d_backward(g, x, i)),
+            lambda: ref.adaptive_max_pool_backward(g, x, i, 2))
+
+
+def gpu_avg3d_slabs_case(shape: tuple[int, ...], dtype: np.dtype,
+                         seed: int) -> tuple[str, object, object]:
+    """adaptive_avg_pool3d_backward as planned for a GPU, no axis upsampled (its slabs),
+    from (3, 4, 5) cells that overlap on every axis."""
+    x = _data(shape, dtype, seed)
+    g = _data(shape[:-3] + (3, 4, 5), dtype, seed + 1)
+    return ("gpu/adaptive_avg_pool3d_backward/slabs",
+            _as_gpu(lambda: clpool.adaptive_avg_pool3d_backward(g, x)),
+            lambda: ref.adaptive_avg_pool3d_backward(g, x))
 
 
 def wide_row_backward_cases(dtype: np.dtype, seed: int) -> Iterator[tuple[str, object, object]]:
@@ -646,26 +664,12 @@ def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield from _ndhwc_average_cases("tile", _as_gpu, (1, 8, 2, 3, 9),
                                     [("avg_pool3d", (2, 1, 1), (2, 1, 1))], dtype, 904)
     # the adaptive max backward's gather: more cells than elements on every axis
-    x = _data((1, 2, 3, 8), dtype, 905, ties=True)
-    _, idx = ref.adaptive_max_pool2d(x, (5, 12))
-    g = _data(idx.shape, dtype, 906)
-    yield ("gpu/adaptive_max_pool2d_backward/upsampling",
-           _as_gpu(lambda: clpool.adaptive_max_pool2d_backward(g, x, idx)),
-           lambda: ref.adaptive_max_pool_backward(g, x, idx, 2))
+    yield gpu_max_backward_case("upsampling", (1, 2, 3, 8), (5, 12), dtype, 905)
     # rows down, columns up: a GPU's clear and scatter (its slabs: the first adaptive max
     # case's backward, 1d-shrink)
-    y = _data((1, 2, 6, 8), dtype, 907, ties=True)
-    _, y_idx = ref.adaptive_max_pool2d(y, (3, 12))
-    y_g = _data(y_idx.shape, dtype, 908)
-    yield ("gpu/adaptive_max_pool2d_backward/scatter",
-           _as_gpu(lambda: clpool.adaptive_max_pool2d_backward(y_g, y, y_idx)),
-           lambda: ref.adaptive_max_pool_backward(y_g, y, y_idx, 2))
+    yield gpu_max_backward_case("scatter", (1, 2, 6, 8), (3, 12), dtype, 907)
     # the one-pass backward kernels: the 3-D average's slabs, a row's wide cells
-    z = _data((1, 2, 5, 7, 9), dtype, 909)
-    z_g = _data((1, 2, 3, 4, 5), dtype, 910)
-    yield ("gpu/adaptive_avg_pool3d_backward/slabs",
-           _as_gpu(lambda: clpool.adaptive_avg_pool3d_backward(z_g, z)),
-           lambda: ref.adaptive_avg_pool3d_backward(z_g, z))
+    yield gpu_avg3d_slabs_case((1, 2, 5, 7, 9), dtype, 909)
     yield from wide_row_backward_cases(dtype, 911)
 
 
@@ -868,12 +872,7 @@ def pool3d_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
             yield (f"{plan}adaptive_avg_pool3d_backward/{name}",
                    wrap(lambda g=grad, x=x: clpool.adaptive_avg_pool3d_backward(g, x)),
                    lambda g=grad, x=x: ref.adaptive_avg_pool3d_backward(g, x))
-    # no axis upsampled: a GPU's backward by slabs, cells overlapping on every axis
-    x = _data((2, 2, 5, 7, 9), dtype, 1050)
-    grad = _data((2, 2, 3, 4, 5), dtype, 1051)
-    yield ("gpu/adaptive_avg_pool3d_backward/slabs",
-           _as_gpu(lambda: clpool.adaptive_avg_pool3d_backward(grad, x)),
-           lambda: ref.adaptive_avg_pool3d_backward(grad, x))
+    yield gpu_avg3d_slabs_case((2, 2, 5, 7, 9), dtype, 1050)
     queue = discovery.runtime(discovery.select()).queue
     base = _data((2, 3, 4, 5, 6), dtype, 1100)
     view = cla.to_device(queue, base).transpose((1, 0, 2, 4, 3))
