@@ -139,8 +139,8 @@ def _adaptive_max_calls(x: np.ndarray, g: Gradient) -> Iterator[Call]:
     kernel with and without indices, and the backward kernel; in 1-D also cells of 64
     elements or more (a GPU's work-group per cell)."""
     wide = (1, x.reshape(*x.shape[:2], -1), 8)
-    # 1-D upsampling (a GPU's gather), 2-D rows down and columns up (its scatter), 3-D down
-    # (its slabs)
+    # 1-D upsampling (a GPU's gather), 2-D rows down and columns up and 3-D down (its
+    # scatter)
     for rank, a, size in ((1, x[0], 101), wide, (2, x, (4, 80)), (3, x, (2, 5, 33))):
         name = f"adaptive_max_pool{rank}d"
         forward, backward = getattr(adaptive_max, name), getattr(adaptive_max, f"{name}_backward")

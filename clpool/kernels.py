@@ -228,8 +228,7 @@ _SIGNATURES["adaptive_max_pool_backward"] = (
     *_ints("C"),
 )  # fmt: skip
 _SIGNATURES["adaptive_max_pool_scatter"] = _SIGNATURES["adaptive_max_pool_backward"]
-_SIGNATURES["adaptive_max_pool_slab"] = _SIGNATURES["adaptive_max_pool_backward"]
-_SIGNATURES["adaptive_max_pool_clear"] = (("grad_x", GLOBAL), *_ADAPTIVE_MAX_SIZES)
+_SIGNATURES["adaptive_max_pool_clear"] = (("grad_x", GLOBAL), *_ADAPTIVE_MAX_SIZES, *_ints("RUN"))
 
 # avg_pool3d_backward's tile reads grad_out as a 5-D view (its _plane twin runs for a
 # C-contiguous one only).

@@ -212,21 +212,24 @@ __kernel void adaptive_max_pool_backward(__global const elem_t *restrict grad_ou
     }
 }
 
-/* The backward on a GPU where cells do not outnumber the input's elements but some axes
- * upsample (else the slabs below run): grad_x = 0 (adaptive_max_pool_clear, 4 elements a
- * work-item), then a work-item per cell (ow, (od, oh), plane) stores into the element its
- * index names, where that lies in the cell, the sum in output order of grad_out over the
- * cells that contain the element and name it, unless an earlier one of them does so: the
- * gather's sums (PyTorch's CPU order), each element stored once, without atomics. On an
- * H100, NCDHW [8,64,16,56,56] from 7x7x7 took 145 us so, 25% of its copy bandwidth (the
- * gather above: 65.7 us on the H200). grad_out and indices are read as the gather reads
- * them. */
-__kernel void adaptive_max_pool_clear(__global elem_t *restrict grad_x, ADAPTIVE_MAX_SIZES)
+/* The backward on a GPU where cells do not outnumber the input's elements: grad_x = 0
+ * (adaptive_max_pool_clear: a work-group clears RUN runs of its size, each run's stores at
+ * once), then a work-item per cell (ow, (od, oh), plane) stores into the element its index
+ * names, where that lies in the cell, the sum in output order of grad_out over the cells
+ * that contain the element and name it, unless an earlier one of them does so: the
+ * gather's sums (PyTorch's CPU order), by one work-item, without atomics. On an H100,
+ * NCDHW [8,64,16,56,56] from 7x7x7: clear 43.4 us (RUN 16; 67.2 with 4, 130 with a
+ * work-item's 4 elements side by side), scatter 15.7 us; the gather above took 65.7 us on
+ * the H200, a work-group per slab of cells storing each element once 125 us on the H100.
+ * grad_out and indices are read as the gather reads them. */
+__kernel void adaptive_max_pool_clear(__global elem_t *restrict grad_x, ADAPTIVE_MAX_SIZES,
+                                      int RUN)
 {
-    long volume = (long)D * H * W, i = (long)get_global_id(0) * 4;
+    long volume = (long)D * H * W, i = (long)get_group_id(0) * get_local_size(0) * RUN;
     __global elem_t *xp = grad_x + get_global_id(2) * volume;
-    for (int k = 0; k < 4 && i + k < volume; ++k)
-        STORE(xp, i + k, (acc_t)0);
+    i += get_local_id(0);
+    for (int k = 0; k < RUN && i < volume; ++k, i += get_local_size(0))
+        STORE(xp, i, (acc_t)0);
 }
 
 __kernel void adaptive_max_pool_scatter(__global const elem_t *restrict grad_out,
@@ -265,58 +268,6 @@ __kernel void adaptive_max_pool_scatter(__global const elem_t *restrict grad_out
                 }
 #undef CELL
     STORE(grad_x, plane * volume + e, sum);
-}
-
-/* The backward on a GPU where no axis upsamples: a work-group per slab of a plane (od, oh),
- * the rows (d, h) from the slab's cells' starts to the next cells' (each row in one slab),
- * and chunk of columns (dimension 1), a work-item per column. An element lies in two cells
- * of an axis at most: the slab's, or the one before where it reaches the element, along W
- * its column's. A work-item loads those 8 cells' indices and gradients once and stores,
- * row by row, 0 where none of the indices lies in its column, else the sum in output
- * order of the gradients of the cells that contain the element and name it (the gather's
- * sums); no clear, no scatter. */
-__kernel void adaptive_max_pool_slab(__global const elem_t *restrict grad_out,
-                                     __global const index_t *restrict indices,
-                                     __global elem_t *restrict grad_x,
-                                     ADAPTIVE_MAX_SIZES, ADAPTIVE_MAX_VIEW_SIZES)
-{
-    int ch, slab, od, oh, w = get_group_id(1) * get_local_size(0) + get_local_id(0);
-    if (w >= W)
-        return;
-    long plane = split_row(get_group_id(0), OD * OH, &slab), image = split_row(plane, C, &ch);
-    od = slab / OH;
-    oh = slab - od * OH;
-    int d0, d1, h0, h1; /* rows below d_shared (h_shared) lie in cell od - 1 (oh - 1) too */
-    int d_shared = owned_cells(od, D, OD, &d0, &d1), h_shared = owned_cells(oh, H, OH, &h0, &h1);
-    __global const elem_t *gp = grad_out + AT3D(grad_out, image, ch, 0, 0, 0);
-    __global const index_t *ip = indices + AT3D(indices, image, ch, 0, 0, 0);
-    __global elem_t *xp = grad_x + plane * ((pos_t)D * H * W);
-#define CELL(v, d, h, w) ((pos_t)(d) * v##_sd + (pos_t)(h) * v##_sh + (pos_t)(w) * v##_sw)
-    int ow0, ow1, hot = 0;
-    cells_at(w, W, OW, &ow0, &ow1);
-    index_t at[8];
-    acc_t g[8];
-    /* cell k: (od - 1 + k / 4, oh - 1 + k / 2 % 2, k % 2 ? ow1 - 1 : ow0), output order */
-    UNROLL for (int k = 0; k < 8; ++k) {
-        int qd = od - 1 + (k >> 2), qh = oh - 1 + ((k >> 1) & 1), qw = k & 1 ? ow1 - 1 : ow0;
-        int cell = qd >= 0 && qh >= 0 && (k & 1 || ow0 < ow1 - 1);
-        at[k] = cell ? ip[CELL(indices, qd, qh, qw)] : -1;
-        g[k] = cell ? LOAD(gp, CELL(grad_out, qd, qh, qw)) : 0;
-        hot |= (at[k] >= 0 && at[k] % W == w) << k;
-    }
-    for (int d = d0; d < d1; ++d)
-        for (int h = h0; h < h1; ++h) {
-            pos_t e = ((pos_t)d * H + h) * W + w;
-            acc_t sum = 0;
-            /* the cells that contain the element: od - 1's where d < d_shared, .. */
-            int in = hot & (d < d_shared ? 0xff : 0xf0) & (h < h_shared ? 0xff : 0xcc);
-            if (in)
-                UNROLL for (int k = 0; k < 8; ++k)
-                    if (in >> k & 1 && at[k] == e)
-                        sum += g[k];
-            STORE(xp, e, sum);
-        }
-#undef CELL
 }
 
 /* The backward for a CPU (float32 and float64): one work-item per plane clears it, then

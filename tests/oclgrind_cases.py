@@ -241,7 +241,7 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("contiguous/adaptive_max_pool3d/transpose",
            lambda: [a.get() for a in clpool.adaptive_max_pool3d(view, (2, 2, 3), True)],
            lambda: ref.adaptive_max_pool3d(host, (2, 2, 3)))
-    # grad_output and indices channels-last-3d, read as they lie by the gather
+    # grad_output and indices channels-last-3d, read as they lie by a GPU's scatter
     x = _data((2, 4, 5, 4, 6), dtype, 991)
     want, want_i = ref.adaptive_max_pool_nd(x, (3, 2, 4), 3)
     grad = _data(want.shape, dtype, 992)
@@ -249,7 +249,7 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     yield ("gpu/adaptive_max_pool3d_backward/ndhwc",
            _as_gpu(lambda: clpool.adaptive_max_pool3d_backward(g_last, x, i_last)),
            lambda: ref.adaptive_max_pool_backward(grad, x, want_i, 3))
-    # rows down and columns up: a GPU's clear and scatter (no axis up: its slabs, above)
+    # rows down and columns up: a GPU's clear and scatter too
     yield gpu_max_backward_case("scatter", (2, 3, 9, 5), (4, 7), dtype, 996)
     # cells of 64 elements or more of a row, and a plane's one cell: a work-group each
     # (a row's backward too; its cells share elements 66 and 133)
@@ -665,8 +665,7 @@ def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
                                     [("avg_pool3d", (2, 1, 1), (2, 1, 1))], dtype, 904)
     # the adaptive max backward's gather: more cells than elements on every axis
     yield gpu_max_backward_case("upsampling", (1, 2, 3, 8), (5, 12), dtype, 905)
-    # rows down, columns up: a GPU's clear and scatter (its slabs: the first adaptive max
-    # case's backward, 1d-shrink)
+    # rows down, columns up: a GPU's clear and scatter
     yield gpu_max_backward_case("scatter", (1, 2, 6, 8), (3, 12), dtype, 907)
     # the one-pass backward kernels: the 3-D average's slabs, a row's wide cells
     yield gpu_avg3d_slabs_case((1, 2, 5, 7, 9), dtype, 909)

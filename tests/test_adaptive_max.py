@@ -167,11 +167,11 @@ def test_unbatched_empty_and_zero_sized_outputs(device):
         assert same_bits(grad, np.zeros_like(x))
 
 
-# (kernel, policy changes, output size): the GPU's scatter runs where an axis upsamples
+# (kernel, policy changes, output size): a GPU's scatter, every axis down or one up
 OUTSIDE_KERNELS = [
     ("adaptive_max_pool_backward", dict(per_plane=False), 2),
     ("adaptive_max_pool_backward_plane", dict(per_plane=True), 2),
-    ("adaptive_max_pool_slab", dict(per_plane=False, gpu=True), 2),
+    ("adaptive_max_pool_scatter", dict(per_plane=False, gpu=True), 2),
     ("adaptive_max_pool_scatter", dict(per_plane=False, gpu=True), (2, 5)),
 ]
 
@@ -179,7 +179,7 @@ OUTSIDE_KERNELS = [
 @pytest.mark.parametrize("kernel, changes, size", OUTSIDE_KERNELS)
 @pytest.mark.parametrize("index", [np.int64, np.int32])
 def test_an_index_outside_its_cell_is_ignored(device, launched, kernel, changes, size, index):
-    """Each kernel (the gather, the CPU's plane per work-item, a GPU's slabs or scatter)
+    """Each kernel (the gather, the CPU's plane per work-item, a GPU's scatter)
     adds a gradient only where its index names an element of its own cell: an index
     outside the plane, or outside its cell, adds nothing anywhere (the reference, which
     scatters, with those indices left out)."""
@@ -202,41 +202,41 @@ def test_an_index_outside_its_cell_is_ignored(device, launched, kernel, changes,
     assert launched[-1][0] == kernel
 
 
-def test_a_gpus_slabs_ignore_indices_of_the_cells_before(device, launched):
-    """A GPU's slab of depths and rows holds some that lie in the cells before it too (an
-    overlap's first) and some that do not: an index of a cell before that names one of the
-    latter lies outside its cell, and adds nothing (the reference without it)."""
+def test_a_gpus_scatter_ignores_indices_of_the_next_cells_elements(device, launched):
+    """Cells that overlap share some elements with the cells after them, not others: a
+    cell's index that names one of the others (in the next cell only) lies outside its cell
+    and adds nothing (the reference without it); so does one past the volume whose low 32
+    bits name an element of the cell."""
     x = np.arange(27, dtype=np.float32).reshape(1, 1, 3, 3, 3)
     _, idx = clpool.adaptive_max_pool3d(x, 2, return_indices=True)
-    bad = np.repeat(idx, 3, axis=1)
+    bad = np.repeat(idx, 4, axis=1)
     # cell (0, 0, 0) spans [0, 2) on every axis: elements (2, 0, 0), (0, 2, 0), (0, 0, 2)
-    bad[0, :, 0, 0, 0] = [18, 6, 2]
+    bad[0, :, 0, 0, 0] = [18, 6, 2, 2**32]
     ignored = bad.copy()
     ignored[0, :, 0, 0, 0] = -1
     g = np.random.default_rng(78).standard_normal(bad.shape).astype(np.float32)
-    x = np.repeat(x, 3, axis=1)
+    x = np.repeat(x, 4, axis=1)
     with policy.use(per_plane=False, gpu=True):
         got = clpool.adaptive_max_pool3d_backward(g, x, bad)
     assert same_bits(got, ref.adaptive_max_pool_backward(g, x, ignored, 3).astype(np.float32))
-    assert launched[-1][0] == "adaptive_max_pool_slab"
+    assert launched[-1][0] == "adaptive_max_pool_scatter"
 
 
-# every axis downsampled by cells that do not divide it, so that neighbours share elements;
-# rows of 600: columns in three work-groups of 256
-SLABS = {1: [((2, 3, 90), 13), ((1, 2, 600), 49)], 2: [((2, 3, 13, 11), (5, 4))],
+# every axis downsampled by cells that do not divide it, so that neighbours share elements
+SHARED = {1: [((2, 3, 90), 13), ((1, 2, 600), 49)], 2: [((2, 3, 13, 11), (5, 4))],
          3: [((2, 3, 16, 20, 21), (7, 6, 5)), ((3, 5, 7, 64), (5, 3, 4))]}  # fmt: skip
 
 
 @pytest.mark.parametrize("per_plane, gpu", [(False, None), (True, None), (False, True)])
 def test_every_backward_kernel_gives_atens_sums(device, launched, per_plane, gpu):
     """The gather (one work-item per input element), the CPU's plane per work-item and a
-    GPU's kernels (slabs where no axis upsamples, the gather or a scatter elsewhere): bit
+    GPU's kernels (the clear and scatter, or the gather where cells outnumber elements): bit
     for bit ATen's, in float32 and float64."""
     rng = np.random.default_rng(77)
     dtypes = [np.float32] + ([np.float64] if clpool.discovery.has_fp64(device) else [])
     with policy.use(per_plane=per_plane, gpu=gpu):
         for rank in (1, 2, 3):
-            for shape, size in _cases(77 + rank, 8, rank, largest=7) + SLABS[rank]:
+            for shape, size in _cases(77 + rank, 8, rank, largest=7) + SHARED[rank]:
                 for dtype in dtypes:
                     x = data(rng, shape, dtype, special=True)
                     _, idx = FORWARD[rank](x, size, return_indices=True)
@@ -246,7 +246,7 @@ def test_every_backward_kernel_gives_atens_sums(device, launched, per_plane, gpu
                     assert same_bits(got, _torch_backward(rank, g, x, idx)), (shape, size)
     names = {name for name, _ in launched}
     assert ("adaptive_max_pool_backward_plane" in names) == per_plane
-    assert ("adaptive_max_pool_slab" in names) == bool(gpu)
+    assert ("adaptive_max_pool_scatter" in names) == bool(gpu)
 
 
 def test_device_arrays_strided_queue_and_out(device):
@@ -368,8 +368,8 @@ def test_a_5d_device_view_of_any_strides_is_read_as_it_is(launched):
 
 @pytest.mark.parametrize("gpu", [False, True])
 def test_the_gather_reads_gradients_and_indices_of_any_strides(launched, gpu):
-    """The backward's gather (a CPU's without a kernel per plane) and a GPU's slabs, or its
-    clear and scatter, read grad_output and indices as they lie: channels-last-3d, every
+    """The backward's gather (a CPU's without a kernel per plane) and a GPU's clear and
+    scatter read grad_output and indices as they lie: channels-last-3d, every
     other column of wider arrays, offsets, int32 indices, unbatched; no copy kernel, and
     ATen's bits."""
     queue = clpool.default_queue()
@@ -389,10 +389,8 @@ def test_the_gather_reads_gradients_and_indices_of_any_strides(launched, gpu):
 
     for shape, size in (((2, 5, 5, 6, 7), (3, 4, 2)), ((3, 4, 9, 5), (4, 2, 7))):
         kernels = ["adaptive_max_pool_backward"]
-        if gpu:  # no axis upsampled: a work-group per slab; else a clear and a scatter
-            slab = size[-1] <= shape[-1]
-            kernels = ["adaptive_max_pool_slab"] if slab else ["adaptive_max_pool_clear",
-                                                               "adaptive_max_pool_scatter"]
+        if gpu:
+            kernels = ["adaptive_max_pool_clear", "adaptive_max_pool_scatter"]
         x = data(rng, shape, special=True)
         _, idx = F.adaptive_max_pool3d(torch.from_numpy(x), size, return_indices=True)
         idx = idx.numpy()
