@@ -132,7 +132,8 @@ __kernel void adaptive_max_pool_global(__global const elem_t *restrict x,
  * per cell, plane by plane, stores the elements from its start to the next cell's, each
  * the sum of the grad_out of the cell before (where it reaches the element) and of this
  * one, where their indices name it (the gather's sums, in output order: on an H100,
- * [64,256,4096] from 7 took 346 us by a clear and a scatter, 27% of its copy bandwidth). */
+ * [64,256,4096] from 7 took 346 us by a clear and a scatter, 27% of its copy bandwidth,
+ * 121 us so, 75%). */
 __kernel void adaptive_max_pool_global_backward(__global const elem_t *restrict grad_out,
                                                 __global const index_t *restrict indices,
                                                 __global elem_t *restrict grad_x, int W, int OW)
@@ -218,9 +219,10 @@ __kernel void adaptive_max_pool_backward(__global const elem_t *restrict grad_ou
  * names, where that lies in the cell, the sum in output order of grad_out over the cells
  * that contain the element and name it, unless an earlier one of them does so: the
  * gather's sums (PyTorch's CPU order), by one work-item, without atomics. On an H100,
- * NCDHW [8,64,16,56,56] from 7x7x7: clear 43.4 us (RUN 16; 67.2 with 4, 130 with a
- * work-item's 4 elements side by side), scatter 15.7 us; the gather above took 65.7 us on
- * the H200, a work-group per slab of cells storing each element once 125 us on the H100.
+ * NCDHW [8,64,16,56,56] from 7x7x7: clear 43.4 us (RUN 16; 67.2 with 4, 43.6 with 32,
+ * 52.0 with 16 float4 stores, 130 with a work-item's 4 elements side by side), scatter
+ * 15.7 us; the gather above took 65.7 us on the H200, a work-group per slab of cells
+ * storing each element once 125 us on the H100.
  * grad_out and indices are read as the gather reads them. */
 __kernel void adaptive_max_pool_clear(__global elem_t *restrict grad_x, ADAPTIVE_MAX_SIZES,
                                       int RUN)

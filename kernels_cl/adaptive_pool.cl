@@ -308,7 +308,7 @@ __kernel void adaptive_avg_pool2d_global(__global const elem_t *x, __global elem
  * its share (grad_out / the cell's width), after the share of the cell before where that
  * cell reaches them (the gather's sums, in output order; a work-item per 4 elements
  * working out their cells took 482 us on an H100 for [64,256,4096] from 7, 19% of its
- * copy bandwidth: compute bound). */
+ * copy bandwidth: compute bound; this kernel 115 us, 79%). */
 __kernel void adaptive_avg_pool2d_global_backward(__global const elem_t *restrict grad_out,
                                                   __global elem_t *restrict grad_x, int W,
                                                   int OW)
