@@ -25,7 +25,7 @@ def _ints(*names: str) -> tuple[tuple[str, str], ...]:
     return tuple((name, INT) for name in names)
 
 
-# The argument lists of kernels_cl/*.cl, in order (tests/test_kernels.py reads the .cl
+# The argument lists of kernels_cl/*.cl, in order (tests/test_plans.py reads the .cl
 # files and holds the two to each other). A kernel and its `_plane` twin take the same
 # (but adaptive_avg_pool3d_backward_plane, which reads grad_out through its strides, and
 # adaptive_max_pool_backward and avg_pool3d_backward, whose twins read theirs

@@ -574,12 +574,12 @@ __kernel void adaptive_avg_pool3d_backward(__global const elem_t *restrict grad_
 
 /* The backward on a GPU where no axis upsamples: a work-group per slab of a volume (od,
  * oh), the rows (d, h) from those cells' starts to the next cells' (each row in one slab),
- * and chunk of columns (dimension 1), a work-item per column (adaptive_max_pool.cl's
- * slabs). A row lies in cells od - 1 and oh - 1 too where they reach it, or not: a
- * work-item works out each of the four kinds of row's sum of shares in output order
- * (SUM_SHARES3D's shares and sums) and stores its kind's in each row; the gather above
- * divides three times a cell per tile of rows (on an H100, [8,64,16,56,56] from 7x7x7:
- * 103.4 us, 34% of the copy bandwidth; the slabs 70.4 us, 50%). */
+ * and chunk of columns (dimension 1), a work-item per column. A row lies in cells od - 1
+ * and oh - 1 too where they reach it, or not: a work-item works out each of the four kinds
+ * of row's sum of shares in output order (SUM_SHARES3D's shares and sums) and stores its
+ * kind's in each row; the gather above divides three times a cell per tile of rows (on an
+ * H100, [8,64,16,56,56] from 7x7x7: 103.4 us, 34% of the copy bandwidth; the slabs 70.4
+ * us, 50%). */
 __kernel void adaptive_avg_pool3d_slab(__global const elem_t *restrict grad_out,
                                        __global elem_t *restrict grad_x, ADAPTIVE_POOL3D_SIZES)
 {

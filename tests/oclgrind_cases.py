@@ -29,8 +29,9 @@ nhwc/ cases, a CPU's rows of 16 channels too, adaptive max pooling's; the 3-D on
 channels-last-3d numpy arrays and strided 5-D device arrays, a CPU's rows of 16 channels
 for max pooling: the ndhwc/ cases), clpool_contiguous (launched directly, and by the
 adaptive max ops on strided 1-D and 3-D arrays), adaptive_max_pool_forward
-(with and without indices, int32 and int64) and adaptive_max_pool_backward and its
-`_plane` twin (including indices outside the volume),
+(with and without indices, int32 and int64) and adaptive_max_pool_backward, its `_plane`
+twin and a GPU's adaptive_max_pool_clear and _scatter (including indices outside the
+volume),
 max_unpool_clear/claim/scatter/gather (unpool_cases) and the 3-D kernels of pool3d.cl
 (WINDOWS_3D; also through their `_plane` twins), max_unpool_window/tile/plane
 (unpool_window_cases), in float32 and float64; and a few of them in bfloat16
@@ -665,7 +666,8 @@ def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
                                     [("avg_pool3d", (2, 1, 1), (2, 1, 1))], dtype, 904)
     # the adaptive max backward's gather: more cells than elements on every axis
     yield gpu_max_backward_case("upsampling", (1, 2, 3, 8), (5, 12), dtype, 905)
-    # rows down, columns up: a GPU's clear and scatter
+    # rows down, columns up: a GPU's clear and scatter (every axis down: the first adaptive
+    # max case's backward, 1d-shrink, above)
     yield gpu_max_backward_case("scatter", (1, 2, 6, 8), (3, 12), dtype, 907)
     # the one-pass backward kernels: the 3-D average's slabs, a row's wide cells
     yield gpu_avg3d_slabs_case((1, 2, 5, 7, 9), dtype, 909)

@@ -12,7 +12,7 @@ import pytest
 from pool_cases import check_argument_error, check_error, data, same_bits, scrambled
 
 import clpool
-from clpool import policy
+from clpool import adaptive_max, policy
 from clpool import reference as ref
 from clpool.errors import PoolArgumentError
 
@@ -220,6 +220,25 @@ def test_a_gpus_scatter_ignores_indices_of_the_next_cells_elements(device, launc
         got = clpool.adaptive_max_pool3d_backward(g, x, bad)
     assert same_bits(got, ref.adaptive_max_pool_backward(g, x, ignored, 3).astype(np.float32))
     assert launched[-1][0] == "adaptive_max_pool_scatter"
+
+
+def test_a_gpus_clear_stores_every_element_of_planes_past_one_work_group(launch_sizes):
+    """A GPU's clear covers planes of more elements than a work-group's runs (1155 elements:
+    the runs of two work-groups, the last one partial): grad_x given pre-filled with NaN
+    holds ATen's result, NaN nowhere."""
+    queue = clpool.default_queue()
+    rng = np.random.default_rng(31)
+    x = data(rng, (1, 2, 33, 35))
+    _, idx = F.adaptive_max_pool2d(torch.from_numpy(x), (5, 4), return_indices=True)
+    g = rng.standard_normal(idx.shape).astype(np.float32)
+    want = aten.adaptive_max_pool2d_backward(torch.from_numpy(g), torch.from_numpy(x), idx)
+    out = cla.to_device(queue, np.full(x.shape, np.nan, np.float32))
+    with policy.use(per_plane=False, gpu=True):
+        got = clpool.adaptive_max_pool2d_backward(g, cla.to_device(queue, x), idx.numpy(),
+                                                  queue=queue, out=out)  # fmt: skip
+    assert got is out and same_bits(out.get(), want.numpy())
+    runs = -(-33 * 35 // adaptive_max.CLEAR_RUN)
+    assert launch_sizes[-2][0] > runs > 64  # the clear's, in work-groups of 64 at most
 
 
 # every axis downsampled by cells that do not divide it, so that neighbours share elements
