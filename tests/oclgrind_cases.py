@@ -263,6 +263,18 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
                _as_gpu(lambda x=x, s=size: clpool.adaptive_avg_pool2d(x, s)),
                lambda x=x, s=size: ref.adaptive_avg_pool2d(x, s))
     yield from wide_row_backward_cases(dtype, 995)
+    yield from cpu_max_lanes_cases(dtype)
+
+
+def cpu_max_lanes_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
+    """adaptive_max_pool_forward as a CPU builds it for cells of 8 columns or more
+    (-DCLPOOL_MAX_LANES4: 4 columns at a time, then the rest), with ties, in 1-D and 2-D."""
+    for name, rank, shape, size in (("1d", 1, (2, 3, 37), 4), ("2d", 2, (1, 2, 5, 33), (2, 4))):
+        x = _data(shape, dtype, 997, ties=True)
+        op = getattr(clpool, f"adaptive_max_pool{rank}d")
+        yield (f"cpu/adaptive_max_pool{rank}d/lanes4-{name}",
+               _as_cpu(lambda x=x, s=size, op=op: op(x, s, True)),
+               lambda x=x, s=size, r=rank: ref.adaptive_max_pool_nd(x, s, r))
 
 
 def gpu_max_backward_case(name: str, shape: tuple[int, ...], size: tuple[int, int],
@@ -611,6 +623,7 @@ def bfloat16_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
         return
     yield from islice(pool3d_cases(dtype), 9)  # the first window, every 3-D kernel
     yield from islice(adaptive_max_cases(dtype), 3)  # values; int64 indices; backward
+    yield from cpu_max_lanes_cases(dtype)
     yield from islice(unpool_cases(dtype), 2)  # forward and backward, int64 indices
     yield from islice(max_cases(dtype), 3)  # values; with int64 indices; their backward
     yield from islice(avg_cases(dtype), 2)  # forward and backward

@@ -101,6 +101,32 @@ def test_nan_ties_and_minus_inf_in_window_order(device):
     assert i.item() == 3  # (d, h, w) = (0, 1, 1) comes before (1, 0, 0)
 
 
+@pytest.mark.parametrize("gpu", [False, True])
+def test_cells_of_many_lanes_fold_as_atens_loop(device, build_options, gpu):
+    """A CPU folds cells of 8 columns or more 4 columns at a time in 4 lanes, then the lanes
+    and the rest: the
+    same values and indices as ATen's loop (and a GPU's), where ties, NaN and -inf fall in
+    any lane, in the rest, or across rows: small integers (many ties), NaN, rows and whole
+    cells of -inf; 1-D, 2-D and 3-D, float32 and float64."""
+    rng = np.random.default_rng(41)
+    dtypes = [np.float32] + ([np.float64] if clpool.discovery.has_fp64(device) else [])
+    cases = [(1, (3, 5, 61), 4), (1, (2, 4, 40), 3), (2, (2, 3, 9, 25), (2, 3)),
+             (3, (1, 2, 3, 5, 26), (2, 2, 3))]  # fmt: skip
+    with policy.use(gpu=gpu):
+        for rank, shape, size in cases:
+            for dtype in dtypes:
+                x = rng.integers(0, 4, shape).astype(dtype)
+                x[rng.random(shape) < 0.01] = np.nan
+                if rank > 1:
+                    x[..., 0, :] = -np.inf  # every plane's first row
+                x[0, 0] = -np.inf  # a plane of -inf: every cell's first element
+                want, want_i = TORCH[rank](torch.from_numpy(x), size, return_indices=True)
+                got, got_i = FORWARD[rank](x, size, return_indices=True)
+                assert same_bits(got, want.numpy()), (shape, dtype)
+                assert np.array_equal(got_i, want_i.numpy()), (shape, dtype)
+    assert any("-DCLPOOL_MAX_LANES4" in options for options in build_options) == (not gpu)
+
+
 def test_overlapping_and_repeated_cells_add_in_output_order(device):
     """Upsampling puts an element in several cells, and non-divisible downsampling makes
     neighbouring cells share one: their gradients add up, in ATen's order, bit for bit."""
