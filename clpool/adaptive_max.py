@@ -140,7 +140,7 @@ def _plan_forward(
     else:
         p.specialize("adaptive_max_pool_forward", _extents((d, h, w), (od, oh, ow)))
         p.cell_bounds(d, h, w, od, oh, ow)
-        if not p.gpu and w >= 8 * ow:  # a CPU's cells of 8 columns or more, 4 at a time
+        if not (p.gpu or p.strided) and w >= 8 * ow:  # a CPU's cells of 8 columns or more
             p.options += ("-DCLPOOL_MAX_LANES4",)
     out_shape = tuple(x.shape[:-rank]) + out
     like = 0 if p.strided else None  # the input's memory format, as ATen's

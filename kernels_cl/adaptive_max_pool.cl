@@ -84,7 +84,7 @@ __kernel void adaptive_max_pool_forward(__global const elem_t *restrict x,
     * folded last (this project's Zen 5, both CPU drivers, [16,256,4096] to 7 with indices:
     * 34 -> 4.4 ms; [2,64,16,56,56] to 7x7x7: 7.2 -> 3.0-3.7 ms; cells of 2 columns took
     * twice as long so) */
-        long best_i = LONG_MAX; /* no element yet: loses every tie */
+        long best_i = first; /* lanes of -inf offer an index past it, and lose the tie */
         acc4_t best4 = -INFINITY;
         index4_t at4 = (index4_t)(sizeof(index_t) == 4 ? INT_MAX : LONG_MAX);
         for (int d = d0; d < d1; ++d)
@@ -106,7 +106,6 @@ __kernel void adaptive_max_pool_forward(__global const elem_t *restrict x,
         FOLD_PAIR_MAX(best, best_i, best4.y, at4.y)
         FOLD_PAIR_MAX(best, best_i, best4.z, at4.z)
         FOLD_PAIR_MAX(best, best_i, best4.w, at4.w)
-        best_i = best == -INFINITY && best_i > first ? first : best_i;
 #else
         pos_t best_i = first;
         for (int d = d0; d < d1; ++d)

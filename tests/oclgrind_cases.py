@@ -272,9 +272,10 @@ def cpu_max_lanes_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]
     for name, rank, shape, size in (("1d", 1, (2, 3, 37), 4), ("2d", 2, (1, 2, 5, 33), (2, 4))):
         x = _data(shape, dtype, 997, ties=True)
         op = getattr(clpool, f"adaptive_max_pool{rank}d")
-        yield (f"cpu/adaptive_max_pool{rank}d/lanes4-{name}",
-               _as_cpu(lambda x=x, s=size, op=op: op(x, s, True)),
-               lambda x=x, s=size, r=rank: ref.adaptive_max_pool_nd(x, s, r))
+        for index in ("int64", "int32"):
+            yield (f"cpu/adaptive_max_pool{rank}d/lanes4-{name}/{index}",
+                   _as_cpu(lambda x=x, s=size, op=op, i=index: op(x, s, True, index_dtype=i)),
+                   lambda x=x, s=size, r=rank: ref.adaptive_max_pool_nd(x, s, r))
 
 
 def gpu_max_backward_case(name: str, shape: tuple[int, ...], size: tuple[int, int],
@@ -708,7 +709,8 @@ def compare(name: str, got: object, want: object, dtype: np.dtype) -> str | None
         return None
     if got.dtype != dtype:
         return f"dtype {got.dtype}, want {dtype}"
-    prefixed = name.startswith(("plane/", "strided/", "nhwc/", "copy/", "contiguous/"))
+    prefixed = name.startswith(("plane/", "strided/", "nhwc/", "copy/", "contiguous/",
+                                "cpu/", "gpu/"))
     if name.split("/")[prefixed] in (
             "max_pool2d", "max_pool2d_with_indices", "adaptive_max_pool1d",
             "adaptive_max_pool2d", "adaptive_max_pool3d", "max_pool3d", "max_pool3d_with_indices",

@@ -121,9 +121,23 @@ def test_cells_of_many_lanes_fold_as_atens_loop(device, build_options, gpu):
                     x[..., 0, :] = -np.inf  # every plane's first row
                 x[0, 0] = -np.inf  # a plane of -inf: every cell's first element
                 want, want_i = TORCH[rank](torch.from_numpy(x), size, return_indices=True)
-                got, got_i = FORWARD[rank](x, size, return_indices=True)
-                assert same_bits(got, want.numpy()), (shape, dtype)
-                assert np.array_equal(got_i, want_i.numpy()), (shape, dtype)
+                for index in ("int64", "int32"):
+                    got, got_i = FORWARD[rank](x, size, True, index_dtype=index)
+                    assert same_bits(got, want.numpy()), (shape, dtype)
+                    assert np.array_equal(got_i, want_i.numpy()), (shape, dtype, index)
+        # a cell of two rows of 10: NaN in row 0's rest (column 8) and row 1's lane 1 (the
+        # later wins); 5 in row 0's rest and row 1's lane 0 (the earlier wins); a tie of
+        # lanes 2 and 1 (columns 2 and 5); a cell of -inf and one NaN
+        x = np.zeros((1, 3, 2, 10), np.float32)
+        x[0, 0, 0, 8] = x[0, 0, 1, 1] = np.nan
+        x[0, 1, 0, 8] = x[0, 1, 1, 0] = 5
+        x[0, 1, 0, 2] = x[0, 1, 0, 5] = 4
+        x[0, 2] = -np.inf
+        x[0, 2, 1, 6] = np.nan
+        got, got_i = clpool.adaptive_max_pool2d(x, 1, True)
+        want, want_i = F.adaptive_max_pool2d(torch.from_numpy(x), 1, return_indices=True)
+        assert same_bits(got, want.numpy()) and np.array_equal(got_i, want_i.numpy())
+        assert got_i.ravel().tolist() == [11, 8, 16]
     assert any("-DCLPOOL_MAX_LANES4" in options for options in build_options) == (not gpu)
 
 
