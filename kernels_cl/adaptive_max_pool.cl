@@ -79,43 +79,36 @@ __kernel void adaptive_max_pool_forward(__global const elem_t *restrict x,
         bound_t num = (bound_t)(oh + 1) * (bound_t)H;
         int next = num / (bound_t)OH, h1 = next + (num != (bound_t)next * (bound_t)OH);
         acc_t best = -INFINITY;
-        pos_t first = ((pos_t)d0 * H + h0) * W + w0;
+        pos_t best_i = ((pos_t)d0 * H + h0) * W + w0;
 #ifdef CLPOOL_MAX_LANES4 /* a CPU, cells of 8 columns or more: 4 at a time in 4 lanes,
     * folded last (this project's Zen 5, both CPU drivers, [16,256,4096] to 7 with indices:
     * 34 -> 4.4 ms; [2,64,16,56,56] to 7x7x7: 7.2 -> 3.0-3.7 ms; cells of 2 columns took
-    * twice as long so) */
-        long best_i = first; /* lanes of -inf offer an index past it, and lose the tie */
+    * twice as long so). Lanes of -inf keep an index past best_i's, and lose the tie. */
         acc4_t best4 = -INFINITY;
         index4_t at4 = (index4_t)(sizeof(index_t) == 4 ? INT_MAX : LONG_MAX);
+#endif
         for (int d = d0; d < d1; ++d)
             for (int h = h0; h < h1; ++h) {
                 pos_t row = ((pos_t)d * H + h) * W;
                 int w = w0;
+#ifdef CLPOOL_MAX_LANES4
                 for (; w1 - w >= 4; w += 4) {
                     acc4_t v = LOAD4(xp, row + w);
                     index4_t i4 = (index4_t)(row + w) + (index4_t)(0, 1, 2, 3);
                     at4 = select(at4, i4, CONVERT_INDEX4((v > best4) | (v != v)));
                     best4 = select(best4, v, (v > best4) | (v != v));
                 }
+#endif
                 for (; w < w1; ++w) {
                     acc_t v = LOAD(xp, row + w);
                     FOLD_CELL_MAX(best, best_i, v, row + w)
                 }
             }
+#ifdef CLPOOL_MAX_LANES4
         FOLD_PAIR_MAX(best, best_i, best4.x, at4.x)
         FOLD_PAIR_MAX(best, best_i, best4.y, at4.y)
         FOLD_PAIR_MAX(best, best_i, best4.z, at4.z)
         FOLD_PAIR_MAX(best, best_i, best4.w, at4.w)
-#else
-        pos_t best_i = first;
-        for (int d = d0; d < d1; ++d)
-            for (int h = h0; h < h1; ++h) {
-                pos_t row = ((pos_t)d * H + h) * W;
-                for (int w = w0; w < w1; ++w) {
-                    acc_t v = LOAD(xp, row + w);
-                    FOLD_CELL_MAX(best, best_i, v, row + w)
-                }
-            }
 #endif
         long at = cells + ((pos_t)od * OH + oh) * OW + ow;
         STORE_MAX(out, indices, at, best, best_i);
