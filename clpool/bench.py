@@ -1,8 +1,9 @@
 """Benchmark harness behind `clpool bench`. For each case, from one run: clpool's wall time
-per call back to back as a user calls it, its kernel time from OpenCL profiling events,
-PyTorch's wall time timed the same way, the bytes the op moves, GB/s from each time and
-the fraction of the device's own copy bandwidth; plus the host cost of a warm call on a
-tiny array and a stream of calls on a large one."""
+per call back to back as a user calls it, its kernel time from OpenCL profiling events (the
+same calls on a profiling queue beside clpool's own), PyTorch's wall time timed the same
+way, the bytes the op moves, GB/s from each time and the fraction of the device's own copy
+bandwidth; plus the host cost of a warm call on a tiny array and a stream of calls on a
+large one."""
 
 from __future__ import annotations
 
@@ -204,8 +205,28 @@ def wall_us(
     return _median_us(_loop_seconds(call, finish, n) / n for _ in range(loops)), n
 
 
+_profiling_queues: dict[int, cl.CommandQueue] = {}
+
+
+def profiling_queue(rt: Runtime) -> cl.CommandQueue:
+    """A queue on `rt`'s context that records profiling times, made once: kernel times come
+    from it, wall times from clpool's own queue, which records none (profiling costs
+    NVIDIA's driver host time on every enqueue)."""
+    key = rt.context.int_ptr
+    if key not in _profiling_queues:
+        profiling = cl.command_queue_properties.PROFILING_ENABLE
+        _profiling_queues[key] = cl.CommandQueue(rt.context, properties=profiling)
+    return _profiling_queues[key]
+
+
+def _on(queue: cl.CommandQueue, args: Record) -> Record:
+    """`args` with each device array a view on `queue` (an op runs on its input's queue)."""
+    return {k: v.with_queue(queue) if isinstance(v, cla.Array) else v for k, v in args.items()}
+
+
 def kernel_us(call: Callable[[], object], queue: cl.CommandQueue, calls: int) -> float:
-    """Kernel time (us) per call, back to back: the median over `calls` calls of the SUM of
+    """Kernel time (us) per call, back to back, of a call that enqueues on `queue` (a
+    profiling one): the median over `calls` calls of the SUM of
     the profiling times (end - start) of every kernel the call launched (input copies and
     every step of its plans, a fallback plan's too), not their span: the device's busy time,
     without the gaps between kernels (such as unpooling's host read of its flag)."""
@@ -223,10 +244,11 @@ def copy_bandwidth(rt: Runtime, nbytes: int, repeats: int = 10) -> float:
     """Device-to-device copy bandwidth in GB/s, counting the read and the write."""
     src = cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, nbytes)
     dst = cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, nbytes)
-    cl.enqueue_fill_buffer(rt.queue, src, np.float32(1), 0, nbytes)
+    queue = profiling_queue(rt)
+    cl.enqueue_fill_buffer(queue, src, np.float32(1), 0, nbytes)
     times = []
     for _ in range(repeats + 2):
-        event = cl.enqueue_copy(rt.queue, dst, src, byte_count=nbytes)
+        event = cl.enqueue_copy(queue, dst, src, byte_count=nbytes)
         event.wait()
         times.append((event.profile.end - event.profile.start) * 1e-9)
     return 2 * nbytes / statistics.median(times[2:]) / 1e9
@@ -305,11 +327,10 @@ def time_clpool(case: Case, rt: Runtime, loops: int, min_time: float = MIN_TIME)
     adaptive_backward = case.op.startswith("adaptive") and case.op.endswith("backward")
     params = {} if adaptive_backward else case.params
 
-    def call() -> object:
-        return fn(**inputs, **params)
-
-    wall, n = wall_us(call, rt.queue.finish, loops, min_time)
-    kernel = kernel_us(call, rt.queue, max(loops, min(n, KERNEL_CALLS)))
+    profiled, queue = _on(profiling_queue(rt), inputs), profiling_queue(rt)
+    wall, n = wall_us(lambda: fn(**inputs, **params), rt.queue.finish, loops, min_time)
+    calls = max(loops, min(n, KERNEL_CALLS))
+    kernel = kernel_us(lambda: fn(**profiled, **params), queue, calls)
     return dict(wall_us=wall, kernel_us=kernel, calls=n, bytes=nbytes)
 
 
@@ -425,7 +446,8 @@ def host_overhead_us(rt: Runtime, loops: int, min_time: float = MIN_TIME) -> Rec
 
     wall, _ = wall_us(pool, finish, loops, min_time)
     last_wall, _ = wall_us(lambda: ops.max_pool2d(last, 2), finish, loops, min_time)
-    kernel = kernel_us(pool, rt.queue, KERNEL_CALLS)
+    profiled = x.with_queue(profiling_queue(rt))
+    kernel = kernel_us(lambda: ops.max_pool2d(profiled, 2), profiled.queue, KERNEL_CALLS)
     mul, _ = wall_us(lambda: x * 2, finish, loops, min_time)
     program = cl.Program(rt.context, "__kernel void empty(__global float *a) {}").build()
     empty = cl.Kernel(program, "empty")

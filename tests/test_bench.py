@@ -300,3 +300,24 @@ def test_kernel_us_sums_the_kernels_of_a_call(device, monkeypatch):
 
     monkeypatch.setattr(kernels.cl, "enqueue_nd_range_kernel", enqueue)
     assert bench.kernel_us(call, discovery.runtime(device).queue, 4) == pytest.approx(8.0)
+
+
+def test_wall_time_runs_on_clpools_queue_and_kernel_time_on_a_profiling_one(device, monkeypatch):
+    """clpool's own queue records no profiling times (they cost NVIDIA's driver host time on
+    every enqueue), so a case's wall loops run there and its kernel times on the bench's
+    profiling queue, whose events carry them."""
+    profiling = discovery.cl.command_queue_properties.PROFILING_ENABLE
+    own = discovery.runtime(device)
+    assert not own.queue.properties & profiling
+    queues = []
+    original = bench.kernel_us
+
+    def kernel_us(call, queue, calls):
+        queues.append(queue)
+        return original(call, queue, calls)
+
+    monkeypatch.setattr(bench, "kernel_us", kernel_us)
+    case = bench.Case("max_pool2d", (1, 2, 6, 6), dict(kernel_size=2, stride=2, padding=0))
+    assert bench.time_clpool(case, own, 1, 0.001)["kernel_us"] > 0
+    assert queues == [bench.profiling_queue(own)]
+    assert queues[0].properties & profiling and queues[0] is not own.queue
