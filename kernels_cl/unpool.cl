@@ -315,28 +315,47 @@ __kernel void max_unpool_scatter(__global const elem_t *restrict x,
 }
 
 /* The gradient with respect to the input: grad_x[i] = grad_out[index of i], its bits
- * copied (0 for an index outside the plane). A work-item per position i (dimension 0) of
- * channel c (1) of image n (2); with -DCLPOOL_CHANNELS_INNER, c along dimension 0 and i
- * along 1, for indices whose channels interleave. The plane's (n, c) from two dimensions,
- * not split from one: with the division, on this project's CPU under Debian's PoCL,
- * [8,64,112,112] k2 s2: 2.2 against 1.2 ms (BENCHMARKS.md). */
+ * copied (0 for an index outside the plane). A work-item per run of CLPOOL_GATHER_RUN
+ * positions (dimension 0) of channel c (1) of image n (2), the plane's last run its rest;
+ * with -DCLPOOL_CHANNELS_INNER, c along dimension 0 and one position i along 1, for
+ * indices whose channels interleave. The plane's (n, c) from two dimensions, not split
+ * from one: with the division, on this project's CPU under Debian's PoCL, [8,64,112,112]
+ * k2 s2: 2.2 against 1.2 ms (BENCHMARKS.md). A CPU's runs of 16 are unrolled whatever
+ * CLPOOL_UNROLL says: left as a loop, a run of 8 took 2.3-3.8 ms where unrolled 0.73-0.78
+ * (max_pool2d k2 s2 of [8,64,112,112], Debian's PoCL). */
+#ifndef CLPOOL_GATHER_RUN
+#define CLPOOL_GATHER_RUN 1
+#endif
 __kernel void max_unpool_gather(__global const elem_t *restrict grad_out,
                                 __global const index_t *restrict indices,
                                 __global elem_t *restrict grad_x, UNPOOL_SIZES)
 {
 #ifdef CLPOOL_CHANNELS_INNER
     int c = get_global_id(0);
-    pos_t i = (pos_t)get_global_id(1);
+    long i0 = get_global_id(1);
 #else
-    pos_t i = (pos_t)get_global_id(0);
+    long i0 = (long)get_global_id(0) * CLPOOL_GATHER_RUN;
     int c = get_global_id(1);
 #endif
-    if ((long)i >= IP || c >= C)
+    if (i0 >= IP || c >= C)
         return;
     UNPOOL_STARTS((long)get_global_id(2), c);
-    index_t at = indices[IDX_AT(i)];
-    if (at >= 0 && (long)at < OP)
-        COPY_STORE(grad_x, IN_AT(i), COPY_LOAD(grad_out, OUT_AT(at)));
-    else
-        STORE(grad_x, IN_AT(i), (acc_t)0);
+    __global const elem_t *gp = grad_out + out0;
+    __global const index_t *ip = indices + idx0;
+    __global elem_t *xp = grad_x + in0;
+#define GATHER(i)                                                                   \
+    {                                                                               \
+        index_t at = ip[(i) * idx_step];                                            \
+        COPY_STORE(xp, (i) * in_step,                                               \
+                   at >= 0 && (long)at < OP ? COPY_LOAD(gp, at * out_step) : 0);     \
+    }
+    if (i0 + CLPOOL_GATHER_RUN <= IP) {
+#pragma unroll
+        for (int k = 0; k < CLPOOL_GATHER_RUN; ++k)
+            GATHER(i0 + k)
+    } else {
+        for (long i = i0; i < IP; ++i)
+            GATHER(i)
+    }
+#undef GATHER
 }

@@ -17,6 +17,7 @@ import pytest
 from pool_cases import check_argument_error, check_error, same_bits
 
 import clpool
+from clpool import policy, unpool
 from clpool import reference as ref
 from clpool.errors import PoolArgumentError
 
@@ -528,6 +529,27 @@ def test_backward_gives_zero_for_an_index_outside_the_output(device):
     np.testing.assert_array_equal(clpool.max_unpool1d_backward(g, x, i, 2), want)
     on_device = clpool.max_unpool1d_backward(g, x, cla.to_device(queue, i), 2)
     np.testing.assert_array_equal(on_device.get(), want)
+
+
+@pytest.mark.parametrize("index", [np.int64, np.int32])
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_backward_gathers_runs_of_positions_and_the_rest(device, index, gpu):
+    """A CPU's work-item copies unpool.GATHER_RUN positions of a plane, the last one the
+    rest: planes of two full runs and a remainder, an index outside the output in a run
+    and in the remainder (0 there), against the reference, as planned for a CPU and for a
+    GPU."""
+    run = unpool.GATHER_RUN
+    positions = 2 * run + 3
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 3, positions)).astype(np.float32)
+    i = rng.integers(0, 2 * positions, x.shape).astype(index)
+    i[0, 1, run + 1], i[1, 2, 2 * run + 2], i[1, 0, 0] = 2 * positions, -1, 2 * positions + 9
+    g = rng.standard_normal((2, 3, 2 * positions)).astype(np.float32)
+    with policy.use(gpu=gpu):
+        got = clpool.max_unpool1d_backward(g, x, i, 2)
+    inside = (i >= 0) & (i < 2 * positions)
+    want = np.where(inside, np.take_along_axis(g, np.where(inside, i, 0), -1), 0)
+    assert same_bits(got, want) and not inside.all()
 
 
 def test_queue_out_and_strided_device_arrays(device):
