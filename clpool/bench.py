@@ -226,10 +226,11 @@ def _on(queue: cl.CommandQueue, args: Record) -> Record:
 
 def kernel_us(call: Callable[[], object], queue: cl.CommandQueue, calls: int) -> float:
     """Kernel time (us) per call, back to back, of a call that enqueues on `queue` (a
-    profiling one): the median over `calls` calls of the SUM of
-    the profiling times (end - start) of every kernel the call launched (input copies and
-    every step of its plans, a fallback plan's too), not their span: the device's busy time,
+    profiling one), after one untimed call: the median over `calls` calls of the SUM of the
+    profiling times (end - start) of every kernel the call launched (input copies and every
+    step of its plans, a fallback plan's too), not their span: the device's busy time,
     without the gaps between kernels (such as unpooling's host read of its flag)."""
+    call()  # warm: the queue's own plans and memory pool
     queue.finish()
     launched = []
     for _ in range(calls):
@@ -327,7 +328,8 @@ def time_clpool(case: Case, rt: Runtime, loops: int, min_time: float = MIN_TIME)
     adaptive_backward = case.op.startswith("adaptive") and case.op.endswith("backward")
     params = {} if adaptive_backward else case.params
 
-    profiled, queue = _on(profiling_queue(rt), inputs), profiling_queue(rt)
+    queue = profiling_queue(rt)
+    profiled = _on(queue, inputs)
     wall, n = wall_us(lambda: fn(**inputs, **params), rt.queue.finish, loops, min_time)
     calls = max(loops, min(n, KERNEL_CALLS))
     kernel = kernel_us(lambda: fn(**profiled, **params), queue, calls)

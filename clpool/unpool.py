@@ -524,11 +524,12 @@ def _plan_backward(
     inner = not p.gpu and views["idx_step"] > 1
     if inner:
         p.options += ("-DCLPOOL_CHANNELS_INNER",)
-    if planes and not (inner or p.gpu):  # a CPU's work-item copies a run of positions
-        p.options += (f"-DCLPOOL_GATHER_RUN={GATHER_RUN}",)
+    if planes and not (inner or p.gpu):  # a CPU's work-item copies a run of positions,
+        p.options += (f"-DCLPOOL_GATHER_RUN={GATHER_RUN}",)  # work-groups along one plane
+        group = p.group_size("max_unpool_gather", plans.ROW_GROUP)
         items = -(-ip // GATHER_RUN)
-        sizes = (-(-items // plans.ROW_GROUP) * plans.ROW_GROUP, c, planes // c)
-        p.step("max_unpool_gather", sizes, local=(plans.ROW_GROUP, 1, 1), **views)
+        sizes = (-(-items // group) * group, c, planes // c)
+        p.step("max_unpool_gather", sizes, local=(group, 1, 1), **views)
     elif planes:
         sizes = (c, ip, planes // c) if inner else (ip, c, planes // c)
         p.step("max_unpool_gather", sizes, **views)

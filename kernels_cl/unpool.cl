@@ -1,13 +1,13 @@
 /* Max unpooling in 1-D, 2-D and 3-D: planes are flat, IP input positions and OP output
- * positions each, and indices are flat in the output plane. One work-item per element,
- * dimension 0 along the plane (coalesced loads of x and indices), dimension 2 the
- * (batch, channel) planes (the gather's: the batch, its channel along dimension 1). Where
- * two inputs name one output, the later input wins, as on PyTorch's CPU: an owner map
- * holds, per output, the largest input position that names it (atomic_max on 32-bit ints,
- * core OpenCL 1.1), and only that input writes. An index outside [0, OP) is skipped and
- * sets flag[0]. Where every index lies in its input's window, max_unpool_window gathers
- * instead, with no owner map and no atomics; where the windows also tile the output,
- * max_unpool_tile writes each output from its one owner. */
+ * positions each, and indices are flat in the output plane. One work-item per element (a
+ * CPU's gather: per run of positions), dimension 0 along the plane (coalesced loads of x
+ * and indices), dimension 2 the (batch, channel) planes (the gather's: the batch, its
+ * channel along dimension 1). Where two inputs name one output, the later input wins, as
+ * on PyTorch's CPU: an owner map holds, per output, the largest input position that names
+ * it (atomic_max on 32-bit ints, core OpenCL 1.1), and only that input writes. An index
+ * outside [0, OP) is skipped and sets flag[0]. Where every index lies in its input's
+ * window, max_unpool_window gathers instead, with no owner map and no atomics; where the
+ * windows also tile the output, max_unpool_tile writes each output from its one owner. */
 
 #include "clpool.h"
 
@@ -320,11 +320,14 @@ __kernel void max_unpool_scatter(__global const elem_t *restrict x,
  * with -DCLPOOL_CHANNELS_INNER, c along dimension 0 and one position i along 1, for
  * indices whose channels interleave. The plane's (n, c) from two dimensions, not split
  * from one: with the division, on this project's CPU under Debian's PoCL, [8,64,112,112]
- * k2 s2: 2.2 against 1.2 ms (BENCHMARKS.md). A CPU's runs of 16 are unrolled whatever
- * CLPOOL_UNROLL says: left as a loop, a run of 8 took 2.3-3.8 ms where unrolled 0.73-0.78
- * (max_pool2d k2 s2 of [8,64,112,112], Debian's PoCL). */
+ * k2 s2: 2.2 against 1.2 ms (BENCHMARKS.md). A CPU's runs are unrolled whatever
+ * CLPOOL_UNROLL says: for max_unpool2d_backward of max_pool2d k2 s2 of [8,64,112,112]
+ * under Debian's PoCL, runs of 8 left as a loop took 2.3-3.8 ms, unrolled 0.73-0.78. */
 #ifndef CLPOOL_GATHER_RUN
 #define CLPOOL_GATHER_RUN 1
+#endif
+#if defined(CLPOOL_CHANNELS_INNER) && CLPOOL_GATHER_RUN != 1
+#error "the channels-inner gather copies one position per work-item"
 #endif
 __kernel void max_unpool_gather(__global const elem_t *restrict grad_out,
                                 __global const index_t *restrict indices,

@@ -768,12 +768,13 @@ def unpool_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     # a CPU's gather: two runs of unpool.GATHER_RUN positions, the rest, an index outside
     x = _data((1, 2, 2 * unpool.GATHER_RUN + 3), dtype, 985)
     idx = np.random.default_rng(985).integers(0, 2 * x.shape[-1], x.shape)
-    idx[0, 1, 3] = -1
+    idx[0, 1, 3], idx[0, 0, -2] = -1, 2 * x.shape[-1]  # in a run, in the rest
     grad = _data((1, 2, 2 * x.shape[-1]), dtype, 986)
+    inside = (idx >= 0) & (idx < 2 * x.shape[-1])
     yield ("cpu/max_unpool1d_backward/runs",
            _as_cpu(lambda: unpool.max_unpool1d_backward(grad, x, idx, 2)),
-           lambda: ref.max_unpool_backward(grad, x, np.where(idx < 0, 0, idx), 1)
-           * (idx >= 0))
+           lambda: np.where(inside, ref.max_unpool_backward(grad, x, np.where(inside, idx, 0),
+                                                            1), 0))
     x = _data((2, 1, 2, 2), dtype, 990)
     idx = np.array([-1, 16, 3, 3, 2**40, 5, 15, 0], np.int64).reshape(x.shape)
 

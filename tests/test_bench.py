@@ -291,9 +291,9 @@ def test_recording_holds_every_kernel_a_call_launches(device, launched):
 
 def test_kernel_us_sums_the_kernels_of_a_call(device, monkeypatch):
     """Each call's kernels take 3 us and 5 us: kernel_us is their sum, 8 us, not the last
-    kernel's 5 us."""
+    kernel's 5 us (after one untimed call)."""
     call = _two_kernels(device)
-    durations = iter([3000, 5000] * 4)
+    durations = iter([3000, 5000] * 5)
 
     def enqueue(*args, **kwargs):
         return types.SimpleNamespace(profile=types.SimpleNamespace(start=0, end=next(durations)))
@@ -316,8 +316,16 @@ def test_wall_time_runs_on_clpools_queue_and_kernel_time_on_a_profiling_one(devi
         queues.append(queue)
         return original(call, queue, calls)
 
+    walled = []
+    wall_us = bench.wall_us
+
+    def wall(call, finish, loops, min_time):
+        walled.append(call().queue)
+        return wall_us(call, finish, loops, min_time)
+
     monkeypatch.setattr(bench, "kernel_us", kernel_us)
+    monkeypatch.setattr(bench, "wall_us", wall)
     case = bench.Case("max_pool2d", (1, 2, 6, 6), dict(kernel_size=2, stride=2, padding=0))
     assert bench.time_clpool(case, own, 1, 0.001)["kernel_us"] > 0
-    assert queues == [bench.profiling_queue(own)]
+    assert queues == [bench.profiling_queue(own)] and walled == [own.queue]
     assert queues[0].properties & profiling and queues[0] is not own.queue

@@ -533,11 +533,23 @@ def test_backward_gives_zero_for_an_index_outside_the_output(device):
 
 @pytest.mark.parametrize("index", [np.int64, np.int32])
 @pytest.mark.parametrize("gpu", [False, True])
-def test_the_backward_gathers_runs_of_positions_and_the_rest(device, index, gpu):
+def test_the_backward_gathers_runs_of_positions_and_the_rest(
+    device, index, gpu, build_options, monkeypatch
+):
     """A CPU's work-item copies unpool.GATHER_RUN positions of a plane, the last one the
-    rest: planes of two full runs and a remainder, an index outside the output in a run
-    and in the remainder (0 there), against the reference, as planned for a CPU and for a
-    GPU."""
+    rest, in work-groups along one plane (a GPU's one position): planes of two full runs
+    and a remainder, an index outside the output in a run and in the remainder (0 there),
+    against the reference, as planned for a CPU and for a GPU."""
+    from clpool import launch
+
+    local = []
+    run_plan = launch.run
+
+    def spy(plan, *a):
+        local.extend(s.local_size for s in plan.steps)
+        return run_plan(plan, *a)
+
+    monkeypatch.setattr(launch, "run", spy)
     run = unpool.GATHER_RUN
     positions = 2 * run + 3
     rng = np.random.default_rng(8)
@@ -550,6 +562,9 @@ def test_the_backward_gathers_runs_of_positions_and_the_rest(device, index, gpu)
     inside = (i >= 0) & (i < 2 * positions)
     want = np.where(inside, np.take_along_axis(g, np.where(inside, i, 0), -1), 0)
     assert same_bits(got, want) and not inside.all()
+    option = f"-DCLPOOL_GATHER_RUN={run}"
+    assert any(option in o for o in build_options) != gpu, build_options
+    assert (local[-1][1:] == (1, 1) and local[-1][0] > 1) != gpu, local
 
 
 def test_queue_out_and_strided_device_arrays(device):
