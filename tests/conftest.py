@@ -126,6 +126,20 @@ def launch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
 
 
 @pytest.fixture
+def local_sizes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...] | None]:
+    """The local size of every step of every plan clpool runs during the test, in order."""
+    record: list[tuple[int, ...] | None] = []
+    run = launch.run
+
+    def spy(plan, arrays, out=None):
+        record.extend(step.local_size for step in plan.steps)
+        return run(plan, arrays, out)
+
+    monkeypatch.setattr(launch, "run", spy)
+    return record
+
+
+@pytest.fixture
 def launched(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, np.dtype]]:
     """(kernel name, dtype) of every kernel clpool launches during the test, in order."""
     record: list[tuple[str, np.dtype]] = []

@@ -534,22 +534,12 @@ def test_backward_gives_zero_for_an_index_outside_the_output(device):
 @pytest.mark.parametrize("index", [np.int64, np.int32])
 @pytest.mark.parametrize("gpu", [False, True])
 def test_the_backward_gathers_runs_of_positions_and_the_rest(
-    device, index, gpu, build_options, monkeypatch
+    device, index, gpu, build_options, local_sizes
 ):
     """A CPU's work-item copies unpool.GATHER_RUN positions of a plane, the last one the
     rest, in work-groups along one plane (a GPU's one position): planes of two full runs
     and a remainder, an index outside the output in a run and in the remainder (0 there),
     against the reference, as planned for a CPU and for a GPU."""
-    from clpool import launch
-
-    local = []
-    run_plan = launch.run
-
-    def spy(plan, *a):
-        local.extend(s.local_size for s in plan.steps)
-        return run_plan(plan, *a)
-
-    monkeypatch.setattr(launch, "run", spy)
     run = unpool.GATHER_RUN
     positions = 2 * run + 3
     rng = np.random.default_rng(8)
@@ -564,7 +554,8 @@ def test_the_backward_gathers_runs_of_positions_and_the_rest(
     assert same_bits(got, want) and not inside.all()
     option = f"-DCLPOOL_GATHER_RUN={run}"
     assert any(option in o for o in build_options) != gpu, build_options
-    assert (local[-1][1:] == (1, 1) and local[-1][0] > 1) != gpu, local
+    local = local_sizes[-1]
+    assert (local[1:] == (1, 1) and local[0] > 1) != gpu, local_sizes
 
 
 def test_queue_out_and_strided_device_arrays(device):
@@ -655,7 +646,9 @@ def _channels_last_cases(spatial: int):
 
 @pytest.mark.parametrize("gpu", [False, True])
 @pytest.mark.parametrize("spatial", [1, 2, 3])
-def test_channels_last_inputs_are_read_as_they_lie(spatial, gpu, launched, device, monkeypatch):
+def test_channels_last_inputs_are_read_as_they_lie(
+    spatial, gpu, launched, local_sizes, device, monkeypatch
+):
     """Values or indices (or both) channels-last, as tensors, numpy and device arrays, as a
     CPU and a GPU plan them: the reference's values in torch's memory format (the input's
     for 2-D, else C-contiguous), and no copy kernel; the gradient too, from channels-last
@@ -663,11 +656,10 @@ def test_channels_last_inputs_are_read_as_they_lie(spatial, gpu, launched, devic
     channels-last; a CPU's channels-last tiles take its rows kernel."""
     from clpool import launch, policy
 
-    local, built = [], []
+    local, built = local_sizes, []
     run = launch.run
 
     def spy(plan, *a):
-        local.extend(s.local_size for s in plan.steps)
         built.extend((s.name, _options(s.kernel)) for s in plan.steps)
         return run(plan, *a)
 
