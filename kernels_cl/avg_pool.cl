@@ -163,13 +163,13 @@ __kernel void avg_pool2d_backward_plane(__global const elem_t *restrict grad_out
         for (int ow = 0; ow < OW; ++ow) {
             int left = ow * sw - pw, w0 = max(left, 0), w1 = min(left + kw, W);
 #ifndef CLPOOL_NO_LANES16
-            if (sw == 2 && kw <= 4 && ow >= vec.x && ow <= vec.y) { /* one divisor */
+            if (sw <= 2 && kw <= 4 && ow >= vec.x && ow <= vec.y) { /* one divisor */
                 acc16_t v = plus_zero16(LOAD16(gp, (pos_t)oh * OW + ow)
                                         / (acc_t)avg_divisor(top, left, kh, kw, H, W, ph, pw,
                                                              count_include_pad,
                                                              divisor_override));
                 for (int h = h0; h < h1; ++h)
-                    add_shares16_s2(xp, (pos_t)h * W + left, kw, v, tiled);
+                    add_shares16(xp, (pos_t)h * W + left, sw, kw, v, tiled);
                 ow += 15;
                 continue;
             }

@@ -477,13 +477,13 @@ __kernel void avg_pool3d_backward_plane(__global const elem_t *restrict grad_out
                 if (d0 >= d1 || h0 >= h1 || w0 >= w1)
                     continue; /* no element (a divisor of 0) */
 #ifndef CLPOOL_NO_LANES16
-                if (sw == 2 && kw <= 4 && ow >= vec.x && ow <= vec.y) { /* one divisor */
+                if (sw <= 2 && kw <= 4 && ow >= vec.x && ow <= vec.y) { /* one divisor */
                     acc16_t v = plus_zero16(
                         LOAD16(gp, ((pos_t)od * OH + oh) * OW + ow)
                         / (acc_t)avg_divisor3d(ds, hs, ws, AVG_POOL3D_ARGS));
                     for (int d = d0; d < d1; ++d)
                         for (int h = h0; h < h1; ++h)
-                            add_shares16_s2(xp, (pos_t)d * HW + (pos_t)h * W + ws, kw, v, 0);
+                            add_shares16(xp, (pos_t)d * HW + (pos_t)h * W + ws, sw, kw, v, 0);
                     ow += 15;
                     continue;
                 }

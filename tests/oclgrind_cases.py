@@ -550,6 +550,7 @@ CPU_WINDOWS = [
     ("wide-pad", (1, 2, 3, 36), 3, 2, 1),
     ("wide-to-the-end", (1, 1, 2, 33), 2, 2, 0),  # a stride of 2 reads up to column W - 1
     ("wide-stride1", (1, 1, 3, 19), 3, 1, 1),  # the last 16 overlap the 16 before
+    ("wide-stride1-k4", (1, 2, 3, 24), 4, 1, 2),  # 16 windows of 4 columns
     ("wide-stride3", (1, 1, 3, 48), 3, 3, 0),  # 16 loads a vector, up to column W - 1
 ]
 

@@ -364,18 +364,20 @@ def test_device_arrays(device, plane):
 
 @pytest.mark.parametrize("rank", [2, 3])
 def test_a_cpus_wide_rows_of_average_shares_give_pytorchs_bits(device, rank):
-    """The per-plane average backwards add the shares of 16 windows of stride 2 (2 to 4
-    columns) at once where they lie inside a row: each element still sums its windows'
-    shares in output order, PyTorch CPU's bits, with windows overlapping by 0 to 2 columns,
+    """The per-plane average backwards add the shares of 16 windows of stride 2 or 1 (2 to
+    4 columns) at once where they lie inside a row: each element still sums its windows'
+    shares in output order, PyTorch CPU's bits, with windows overlapping by 0 to 3 columns,
     padding, count_include_pad off, a divisor override, ceil mode, and the rows' first and
-    last windows one by one (rows of 36 to 91 columns); a tiny gradient's +0 where the
+    last windows one by one (rows of 36 to 124 columns); a tiny gradient's +0 where the
     windows tile the plane."""
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
     rng = np.random.default_rng(3600 + rank)
     windows = [(2, 2, 0, False, True, None), (3, 2, 1, False, True, None),
                (4, 2, 2, False, True, None), (3, 2, 1, True, False, None),
-               (4, 2, 1, True, True, 7), ((3, 2, 4), 2, (1, 0, 2), False, False, None)]
+               (4, 2, 1, True, True, 7), ((3, 2, 4), 2, (1, 0, 2), False, False, None),
+               (2, 1, 0, False, True, None), (3, 1, 1, True, False, None),
+               (4, 1, 2, False, True, 5), ((3, 3, 4), 1, (1, 1, 2), False, False, None)]
     for w, args in enumerate(windows):
         if rank == 2 and isinstance(args[0], tuple):
             args = ((args[0][1], args[0][2]), args[1], args[2][1:]) + args[3:]
