@@ -594,7 +594,8 @@ inline void add_to_row(__global elem_t *p, pos_t row, pos_t w0, pos_t w1, acc_t 
  * a row of p, added to the columns each covers (= 0 + v where `fresh`), in registers: an
  * element two windows cover gets the earlier window's share first, as add_to_row adds
  * them one window after another. The even columns at + 2k take taps 0 and 2 (window k and
- * k - 1), the odd ones taps 1 and 3; the row holds p[at .. at + 30 + kw]. The per-plane
+ * k - 1), the odd ones taps 1 and 3; the row holds p[at .. at + 30 + kw]; `fresh` only
+ * where windows do not overlap (kw <= 2). The per-plane
  * average backwards, kernel time on this project's CPU (Debian's PoCL, Intel's runtime):
  * avg_pool2d_backward k3 s2 p1 of [8,64,112,112] 4.3-5.2 -> 1.5-1.6 ms, k2 s2 of
  * [16,256,56,56] 4.9-6.6 -> 3.2-3.4 ms, avg_pool3d_backward k3 s2 p1 of [2,64,16,56,56]
@@ -627,8 +628,9 @@ inline void add_shares16_s2(__global elem_t *p, pos_t at, int kw, acc16_t v, int
 
 /* add_shares16_s2 for windows of stride 1: column at + j takes the shares of windows
  * j - kw + 1 .. j in that order, the 16 columns from `at` as one vector and the kw - 1
- * past them one by one (each added a +0 for a window of the previous 16, whose share is
- * already there; memory never holds -0); the row holds p[at .. at + 14 + kw]. Kernel time
+ * past them one by one (a lane adds +0 for an earlier window, whose share is already
+ * there, before its own share, which is never -0); the row holds p[at .. at + 14 + kw].
+ * `fresh` (= 0 + v) only where windows do not overlap, as for add_shares16_s2. Kernel time
  * on this project's CPU (Debian's PoCL / Intel's runtime), one window at a time before:
  * avg_pool2d_backward k3 s1 p1 of [32,64,128,128] 59.3 / 71.6 -> 19.3 / 18.8 ms,
  * avg_pool3d_backward k3 s1 p1 of [2,64,16,56,56] 24.5 / 31.5 -> 6.8-9.2 / 7.5 ms. */

@@ -545,7 +545,8 @@ CPU_ADAPTIVE = [
 
 
 # (name, shape, kernel_size, stride, padding): rows the CPU forward kernels take 16
-# outputs at a time, up to the plane's last column
+# outputs at a time, up to the plane's last column (and the average backward 16 windows,
+# stride 1 or 2)
 CPU_WINDOWS = [
     ("wide-pad", (1, 2, 3, 36), 3, 2, 1),
     ("wide-to-the-end", (1, 1, 2, 33), 2, 2, 0),  # a stride of 2 reads up to column W - 1
@@ -927,6 +928,11 @@ def pool3d_plane_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
            lambda: ref.max_pool3d(x, 3, 2, 1))
     yield ("plane/avg_pool3d/wide", _as_cpu(lambda: clpool.avg_pool3d(x, 3, 2, 1)),
            lambda: ref.avg_pool3d(x, 3, 2, 1))
+    # the backward's 16 windows of a row at once, from column 1 (stride 1: RELIABILITY.md)
+    g = _data(ref.avg_pool3d(x, 3, 2, 1).shape, dtype, 1203)
+    yield ("plane/avg_pool3d_backward/wide",
+           _as_cpu(lambda: clpool.avg_pool3d_backward(g, x, 3, 2, 1)),
+           lambda: ref.avg_pool3d_backward(g, x, 3, 2, 1))
     yield from _wide_max_backward("plane/max_pool3d_with_indices_backward/wide", x,
                                   (3, 2, 1), dtype, 1201, MAX_3D)
 
