@@ -369,7 +369,8 @@ def test_a_cpus_wide_rows_of_average_shares_give_pytorchs_bits(device, rank):
     shares in output order, PyTorch CPU's bits, with windows overlapping by 0 to 3 columns,
     padding, count_include_pad off, a divisor override, ceil mode, and the rows' first and
     last windows one by one (rows of 36 to 157 columns); a tiny gradient's +0 where the
-    windows tile the plane; NaN and -inf among the inputs' gradients."""
+    windows tile the plane; NaN and -inf among the inputs' gradients; grad_x written into
+    memory that held NaN (every element is cleared before a share is added to it)."""
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
     rng = np.random.default_rng(3600 + rank)
@@ -389,9 +390,11 @@ def test_a_cpus_wide_rows_of_average_shares_give_pytorchs_bits(device, rank):
         g = data(rng, tuple(y.shape), special=True)
         g[0, 0].reshape(-1)[::3] = -(2.0**-149)
         y.backward(torch.from_numpy(g))
+        queue = clpool.default_queue()
+        stale = cla.to_device(queue, np.full(x.shape, np.nan, np.float32))  # grad_x's memory
         with policy.use(per_plane=True):
-            got = getattr(clpool, f"avg_pool{rank}d_backward")(g, x, *args)
-        assert same_bits(got, xt.grad.numpy()), (rank, args)
+            got = getattr(clpool, f"avg_pool{rank}d_backward")(g, x, *args, out=stale)
+        assert got is stale and same_bits(got.get(), xt.grad.numpy()), (rank, args)
 
 
 def test_tall_wide_and_many_planes():
