@@ -32,6 +32,10 @@ FAMILY = "adaptive_max"
 # runs a work-group of adaptive_max_pool_clear clears (on an H100, 103 MB: 16 took 43.4 us,
 # 4 67.2, 32 43.6, 64 45.0)
 CLEAR_RUN = 16
+# a CPU's forward folds cells of this many columns or more, or of a multiple of 16, 16 at a
+# time, other cells of 8 or more 4 at a time (kernels_cl/adaptive_max_pool.cl's
+# CLPOOL_MAX_LANES; BENCHMARKS.md)
+LANES16 = 128
 
 
 def _volume(sizes: tuple[int, ...]) -> tuple[int, int, int]:
@@ -141,7 +145,8 @@ def _plan_forward(
         p.specialize("adaptive_max_pool_forward", _extents((d, h, w), (od, oh, ow)))
         p.cell_bounds(d, h, w, od, oh, ow)
         if not (p.gpu or p.strided) and w >= 8 * ow:  # a CPU's cells of 8 columns or more
-            p.options += ("-DCLPOOL_MAX_LANES4",)
+            lanes = 16 if w >= LANES16 * ow or w % (16 * ow) == 0 else 4
+            p.options += (f"-DCLPOOL_MAX_LANES={lanes}",)
     out_shape = tuple(x.shape[:-rank]) + out
     like = 0 if p.strided else None  # the input's memory format, as ATen's
     p.output("out", out_shape, like=like)

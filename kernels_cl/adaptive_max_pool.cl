@@ -57,6 +57,30 @@ typedef uint bound_t;
         }                                                                             \
     }
 
+/* -DCLPOOL_MAX_LANES=4|16 (a CPU, cells of 8 columns or more; 16: of 128 or 16k): each row
+ * of a cell folded 4 or 16 columns at a time into as many lanes, each keeping a value and
+ * an index, then the rest of the row one by one; the lanes last, in any order
+ * (FOLD_PAIR_MAX). Lanes of -inf keep an index past best_i's, and lose the tie. This
+ * project's Zen 5, both CPU drivers: 4 lanes took [16,256,4096] to 7 with indices 34 ->
+ * 4.4 ms and [2,64,16,56,56] to 7x7x7 7.2 -> 3.0-3.7 ms (cells of 2 columns took twice as
+ * long so); 16 lanes, BENCHMARKS.md. */
+#if CLPOOL_MAX_LANES == 16
+typedef acc16_t lanes_t;
+typedef pos16_t lanes_at_t;
+#define LOAD_LANES LOAD16
+#define LANES_AT(v) AS_POS16(v)
+#define LANE_STEPS POS16_STEPS
+#elif CLPOOL_MAX_LANES == 4
+typedef acc4_t lanes_t;
+typedef index4_t lanes_at_t;
+#define LOAD_LANES LOAD4
+#define LANES_AT(v) CONVERT_INDEX4(v)
+#define LANE_STEPS ((index4_t)(0, 1, 2, 3))
+#endif
+/* past any index: INT_MAX or LONG_MAX in every lane, by the width of lanes_at_t's own */
+#define LANES_PAST \
+    ((lanes_at_t)(sizeof(lanes_at_t) == 4 * CLPOOL_MAX_LANES ? INT_MAX : LONG_MAX))
+
 /* out = the maximum of each cell, in (d, h, w) row-major order: NaN wins (the last NaN
  * keeps its index, as in PyTorch's CPU kernel), ties keep the first, and a cell of -inf
  * only gives the index of its first element. Work-item (ow, (od, tile of oh), plane); with
@@ -80,23 +104,20 @@ __kernel void adaptive_max_pool_forward(__global const elem_t *restrict x,
         int next = num / (bound_t)OH, h1 = next + (num != (bound_t)next * (bound_t)OH);
         acc_t best = -INFINITY;
         pos_t best_i = ((pos_t)d0 * H + h0) * W + w0;
-#ifdef CLPOOL_MAX_LANES4 /* a CPU, cells of 8 columns or more: 4 at a time in 4 lanes,
-    * folded last (this project's Zen 5, both CPU drivers, [16,256,4096] to 7 with indices:
-    * 34 -> 4.4 ms; [2,64,16,56,56] to 7x7x7: 7.2 -> 3.0-3.7 ms; cells of 2 columns took
-    * twice as long so). Lanes of -inf keep an index past best_i's, and lose the tie. */
-        acc4_t best4 = -INFINITY;
-        index4_t at4 = (index4_t)(sizeof(index_t) == 4 ? INT_MAX : LONG_MAX);
+#ifdef CLPOOL_MAX_LANES
+        lanes_t best_l = -INFINITY;
+        lanes_at_t at_l = LANES_PAST;
 #endif
         for (int d = d0; d < d1; ++d)
             for (int h = h0; h < h1; ++h) {
                 pos_t row = ((pos_t)d * H + h) * W;
                 int w = w0;
-#ifdef CLPOOL_MAX_LANES4
-                for (; w1 - w >= 4; w += 4) {
-                    acc4_t v = LOAD4(xp, row + w);
-                    index4_t i4 = (index4_t)(row + w) + (index4_t)(0, 1, 2, 3);
-                    at4 = select(at4, i4, CONVERT_INDEX4((v > best4) | (v != v)));
-                    best4 = select(best4, v, (v > best4) | (v != v));
+#ifdef CLPOOL_MAX_LANES
+                for (; w1 - w >= CLPOOL_MAX_LANES; w += CLPOOL_MAX_LANES) {
+                    lanes_t v = LOAD_LANES(xp, row + w);
+                    at_l = select(at_l, (lanes_at_t)(row + w) + LANE_STEPS,
+                                  LANES_AT((v > best_l) | (v != v)));
+                    best_l = select(best_l, v, (v > best_l) | (v != v));
                 }
 #endif
                 for (; w < w1; ++w) {
@@ -104,11 +125,10 @@ __kernel void adaptive_max_pool_forward(__global const elem_t *restrict x,
                     FOLD_CELL_MAX(best, best_i, v, row + w)
                 }
             }
-#ifdef CLPOOL_MAX_LANES4
-        FOLD_PAIR_MAX(best, best_i, best4.x, at4.x)
-        FOLD_PAIR_MAX(best, best_i, best4.y, at4.y)
-        FOLD_PAIR_MAX(best, best_i, best4.z, at4.z)
-        FOLD_PAIR_MAX(best, best_i, best4.w, at4.w)
+#ifdef CLPOOL_MAX_LANES
+#pragma unroll
+        for (int k = 0; k < CLPOOL_MAX_LANES; ++k)
+            FOLD_PAIR_MAX(best, best_i, best_l[k], at_l[k])
 #endif
         long at = cells + ((pos_t)od * OH + oh) * OW + ow;
         STORE_MAX(out, indices, at, best, best_i);

@@ -143,6 +143,7 @@ typedef int pos_t;
 typedef int16 pos16_t;
 #define AS_POS16(v) convert_int16(v)
 #endif
+#define POS16_STEPS ((pos16_t)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
 
 /* Work-item layout of the elementwise kernels: dimension 0 walks the columns,
  * 1 the rows, 2 the (batch, channel) planes. A work-item takes CLPOOL_ROWS consecutive

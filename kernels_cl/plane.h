@@ -93,7 +93,7 @@ inline void max_window16(__global const elem_t *xp, __global elem_t *out,
                          __global index_t *indices, long o, depth_taps dt, int H, int W,
                          int hs, int ws, int kh, int kw, int sw, int dh, int dw)
 {
-    const pos16_t lanes = (pos16_t)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const pos16_t lanes = POS16_STEPS;
     acc16_t best = -INFINITY;
     pos16_t best_i = -1, first_i = -1;
     int2 ti = taps_within(hs, kh, dh, H);
@@ -211,7 +211,7 @@ inline void add_max_grad16(__global elem_t *xp, __global const index_t *ip,
                            pos_t HW, int W, int z0, int span_d, int y0, int span_h, int x0,
                            int sw, int span_w, int skip)
 {
-    const pos16_t lanes = (pos16_t)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const pos16_t lanes = POS16_STEPS;
     index16_t at = vload16(0, ip + o);
     /* lanes outside [lo, hi) check element 0, whose sums cannot overflow, and add nothing */
     pos16_t ok = AS_POS16(at >= lo & at < hi) & (lanes >= skip), a = AS_POS16(at) & ok;

@@ -268,12 +268,15 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 
 def cpu_max_lanes_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """adaptive_max_pool_forward as a CPU builds it for cells of 8 columns or more
-    (-DCLPOOL_MAX_LANES4: 4 columns at a time, then the rest), with ties, in 1-D and 2-D."""
-    for name, rank, shape, size in (("1d", 1, (2, 3, 37), 4), ("2d", 2, (1, 2, 5, 33), (2, 4))):
+    (-DCLPOOL_MAX_LANES=4: 4 columns at a time, then the rest; 16 for cells of 128 or more
+    or of a multiple of 16), with ties, in 1-D and 2-D."""
+    cases = (("1d", 1, (2, 3, 37), 4), ("2d", 2, (1, 2, 5, 33), (2, 4)),
+             ("1d-16", 1, (2, 3, 277), 2), ("2d-16", 2, (1, 2, 5, 64), (2, 2)))
+    for name, rank, shape, size in cases:
         x = _data(shape, dtype, 997, ties=True)
         op = getattr(clpool, f"adaptive_max_pool{rank}d")
         for index in ("int64", "int32"):
-            yield (f"cpu/adaptive_max_pool{rank}d/lanes4-{name}/{index}",
+            yield (f"cpu/adaptive_max_pool{rank}d/lanes-{name}/{index}",
                    _as_cpu(lambda x=x, s=size, op=op, i=index: op(x, s, True, index_dtype=i)),
                    lambda x=x, s=size, r=rank: ref.adaptive_max_pool_nd(x, s, r))
 

@@ -103,14 +103,16 @@ def test_nan_ties_and_minus_inf_in_window_order(device):
 
 @pytest.mark.parametrize("gpu", [False, True])
 def test_cells_of_many_lanes_fold_as_atens_loop(device, build_options, gpu):
-    """A CPU folds cells of 8 columns or more 4 columns at a time in 4 lanes, then the lanes
-    and the rest: the same values and indices as ATen's loop (and a GPU's), where ties, NaN
-    and -inf fall in any lane, in the rest, or across rows: small integers (many ties), NaN,
-    rows and whole cells of -inf; 1-D, 2-D and 3-D, float32 and float64."""
+    """A CPU folds cells of 8 columns or more 4 columns at a time in 4 lanes (of 128 or more,
+    or of a multiple of 16, 16 at a time in 16), then the lanes and the rest: the same
+    values and indices as ATen's loop (and a GPU's), where ties, NaN and -inf fall in any
+    lane, in the rest, or across rows: small integers (many ties), NaN, rows and whole
+    cells of -inf; 1-D, 2-D and 3-D, float32 and float64."""
     rng = np.random.default_rng(41)
     dtypes = [np.float32] + ([np.float64] if clpool.discovery.has_fp64(device) else [])
     cases = [(1, (3, 5, 61), 4), (1, (2, 4, 40), 3), (2, (2, 3, 9, 25), (2, 3)),
-             (3, (1, 2, 3, 5, 26), (2, 2, 3))]  # fmt: skip
+             (3, (1, 2, 3, 5, 26), (2, 2, 3)), (1, (3, 5, 603), 4), (2, (2, 3, 9, 64), (2, 2)),
+             (3, (1, 2, 3, 5, 270), (2, 2, 2))]  # fmt: skip
     with policy.use(gpu=gpu):
         for rank, shape, size in cases:
             for dtype in dtypes:
@@ -137,7 +139,9 @@ def test_cells_of_many_lanes_fold_as_atens_loop(device, build_options, gpu):
         want, want_i = F.adaptive_max_pool2d(torch.from_numpy(x), 1, return_indices=True)
         assert same_bits(got, want.numpy()) and np.array_equal(got_i, want_i.numpy())
         assert got_i.ravel().tolist() == [11, 8, 16]
-    assert any("-DCLPOOL_MAX_LANES4" in options for options in build_options) == (not gpu)
+    for lanes in (4, 16):
+        built = any(f"-DCLPOOL_MAX_LANES={lanes}" in o for o in build_options)
+        assert built == (not gpu), lanes
 
 
 def test_overlapping_and_repeated_cells_add_in_output_order(device):
