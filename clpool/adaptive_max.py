@@ -23,7 +23,7 @@ import numpy.typing as npt
 import pyopencl as cl
 import pyopencl.array as cla
 
-from . import ops, plans, pool1d, pool3d, shapes
+from . import ops, plans, pool1d, pool3d, quirks, shapes
 from .errors import PoolArgumentError, Problem, Where
 from .plans import Planner, Scalars
 from .types import OptionalSize, Out, Tensor
@@ -32,8 +32,9 @@ FAMILY = "adaptive_max"
 # runs a work-group of adaptive_max_pool_clear clears (on an H100, 103 MB: 16 took 43.4 us,
 # 4 67.2, 32 43.6, 64 45.0)
 CLEAR_RUN = 16
-# a CPU's forward folds cells of this many columns or more, or of a multiple of 16, 16 at a
-# time, other cells of 8 or more 4 at a time (kernels_cl/adaptive_max_pool.cl's
+# a CPU's forward folds cells of this many columns or more, or of a multiple of 16 columns
+# and this many elements or more, 16 columns at a time (unless a quirk rules out 16-lane
+# code), other cells of 8 columns or more 4 at a time (kernels_cl/adaptive_max_pool.cl's
 # CLPOOL_MAX_LANES; BENCHMARKS.md)
 LANES16 = 128
 
@@ -145,8 +146,10 @@ def _plan_forward(
         p.specialize("adaptive_max_pool_forward", _extents((d, h, w), (od, oh, ow)))
         p.cell_bounds(d, h, w, od, oh, ow)
         if not (p.gpu or p.strided) and w >= 8 * ow:  # a CPU's cells of 8 columns or more
-            lanes = 16 if w >= LANES16 * ow or w % (16 * ow) == 0 else 4
-            p.options += (f"-DCLPOOL_MAX_LANES={lanes}",)
+            many = d * h * w >= LANES16 * od * oh * ow
+            lanes16 = w >= LANES16 * ow or (many and w % (16 * ow) == 0)  # ow > 0 where it divides
+            lanes16 = lanes16 and plans.NO_LANES16 not in quirks.options(p.rt.device)
+            p.options += (f"-DCLPOOL_MAX_LANES={16 if lanes16 else 4}",)
     out_shape = tuple(x.shape[:-rank]) + out
     like = 0 if p.strided else None  # the input's memory format, as ATen's
     p.output("out", out_shape, like=like)

@@ -57,9 +57,10 @@ typedef uint bound_t;
         }                                                                             \
     }
 
-/* -DCLPOOL_MAX_LANES=4|16 (a CPU, cells of 8 columns or more; 16: of 128 or 16k): each row
- * of a cell folded 4 or 16 columns at a time into as many lanes, each keeping a value and
- * an index, then the rest of the row one by one; the lanes last, in any order
+/* -DCLPOOL_MAX_LANES=4|16 (a CPU; cells of 8 columns or more; 16: of 128 columns or more, or
+ * of 128 elements and a multiple of 16 columns, clpool/adaptive_max.py's LANES16): each
+ * row of a cell folded 4 or 16 columns at a time into as many lanes, each keeping a value
+ * and an index, then the rest of the row one by one; the lanes last, in any order
  * (FOLD_PAIR_MAX). Lanes of -inf keep an index past best_i's, and lose the tie. This
  * project's Zen 5, both CPU drivers: 4 lanes took [16,256,4096] to 7 with indices 34 ->
  * 4.4 ms and [2,64,16,56,56] to 7x7x7 7.2 -> 3.0-3.7 ms (cells of 2 columns took twice as

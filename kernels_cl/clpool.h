@@ -23,6 +23,8 @@
  *   -DCLPOOL_NO_INDICES       max_pool2d: values only (max_pool.cl)
  *   -DCLPOOL_NAN_APART        max_pool2d's values on a GPU, planes of one row (max_pool.cl)
  *   -DCLPOOL_LARGE_CELLS      adaptive cell bounds in 64-bit division (below)
+ *   -DCLPOOL_MAX_LANES=4|16   a CPU's adaptive max forward, 4 or 16 columns at a time
+ *                             (adaptive_max_pool.cl; 16 never with -DCLPOOL_NO_LANES16)
  *   -DCLPOOL_NO_LANES16       no 16-lane vector code at all: the per-plane CPU kernels
  *                             take one output (and store one element) at a time, and
  *                             adaptive_avg_pool2d_plane sums in 4-lane vectors. For PoCL 3.0

@@ -268,10 +268,10 @@ def adaptive_max_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 
 def cpu_max_lanes_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """adaptive_max_pool_forward as a CPU builds it for cells of 8 columns or more
-    (-DCLPOOL_MAX_LANES=4: 4 columns at a time, then the rest; 16 for cells of 128 or more
-    or of a multiple of 16), with ties, in 1-D and 2-D."""
+    (-DCLPOOL_MAX_LANES=4: 4 columns at a time, then the rest; 16 for cells of 128 columns
+    or more, or of 128 elements and a multiple of 16 columns), with ties, in 1-D and 2-D."""
     cases = (("1d", 1, (2, 3, 37), 4), ("2d", 2, (1, 2, 5, 33), (2, 4)),
-             ("1d-16", 1, (2, 3, 277), 2), ("2d-16", 2, (1, 2, 5, 64), (2, 2)))
+             ("1d-16", 1, (2, 3, 277), 2), ("2d-16", 2, (1, 2, 9, 64), (2, 2)))
     for name, rank, shape, size in cases:
         x = _data(shape, dtype, 997, ties=True)
         op = getattr(clpool, f"adaptive_max_pool{rank}d")

@@ -104,10 +104,10 @@ def test_nan_ties_and_minus_inf_in_window_order(device):
 @pytest.mark.parametrize("gpu", [False, True])
 def test_cells_of_many_lanes_fold_as_atens_loop(device, build_options, gpu):
     """A CPU folds cells of 8 columns or more 4 columns at a time in 4 lanes (of 128 or more,
-    or of a multiple of 16, 16 at a time in 16), then the lanes and the rest: the same
-    values and indices as ATen's loop (and a GPU's), where ties, NaN and -inf fall in any
-    lane, in the rest, or across rows: small integers (many ties), NaN, rows and whole
-    cells of -inf; 1-D, 2-D and 3-D, float32 and float64."""
+    or of 128 elements and a multiple of 16, 16 at a time in 16), then the lanes and the
+    rest: the same values and indices as ATen's loop (and a GPU's), where ties, NaN and
+    -inf fall in any lane, in the rest, or across rows: small integers (many ties), NaN,
+    rows and whole cells of -inf; 1-D, 2-D and 3-D, float32 and float64."""
     rng = np.random.default_rng(41)
     dtypes = [np.float32] + ([np.float64] if clpool.discovery.has_fp64(device) else [])
     cases = [(1, (3, 5, 61), 4), (1, (2, 4, 40), 3), (2, (2, 3, 9, 25), (2, 3)),

@@ -300,7 +300,14 @@ def test_a_quirk_reaches_every_build_and_the_verdict_key(device, build_options, 
         np.testing.assert_allclose(
             clpool.avg_pool2d(x, 3, 3, 1), ref.avg_pool2d(x, 3, 3, 1), rtol=1e-5, atol=1e-6
         )
+        wide = np.zeros((2, 3, 520), np.float32)  # cells of 130 columns: 16 lanes, but
+        wide[0, 1, 333] = 1
+        assert clpool.adaptive_max_pool1d(wide, 4, True)[1][0, 1, 2] == 333
         assert build_options and all("-DCLPOOL_NO_LANES16" in o for o in build_options)
+        assert not any("-DCLPOOL_MAX_LANES=16" in o for o in build_options)
+        assert device.type & cl.device_type.GPU or any(
+            "-DCLPOOL_MAX_LANES=4" in o for o in build_options
+        )
         assert verify.key(device) != before  # verified with the forms it runs
     finally:
         monkeypatch.undo()
