@@ -160,7 +160,8 @@ def _plan_forward(
     slots = None if with_indices else {"indices": "out"}  # a placeholder, untouched
     if n * c * od * oh * ow and p.strided and cells is not None:
         p.step_strided("max_pool2d_forward_strided", {"x": 0}, slots, lanes=4,
-                       tile=ops._nhwc_tile(p, cells), **ops._max_sizes(cells, h, w))  # fmt: skip
+                       tile=ops._nhwc_tile(p, cells, indices=with_indices),
+                       **ops._max_sizes(cells, h, w))  # fmt: skip
     elif n * c * od * oh * ow and p.strided:
         p.step_strided("adaptive_max_pool2d_forward_strided", {"x": 0}, slots,
                        H=h, W=w, OH=oh, OW=ow)  # fmt: skip

@@ -126,9 +126,13 @@ def _avg_sizes(win: shapes.Window, h: int, w: int, include_pad: bool, divisor: i
                 divisor_override=divisor)  # fmt: skip
 
 
-def _nhwc_tile(p: Planner, win: shapes.Window, backward: bool = False) -> tuple[int, int]:
-    """Rows and pixels per work-item of a channels-last _strided kernel with tiles."""
-    return p.policy.nhwc_tile(p.rt.device, p.family, (win.sh, win.sw) == (1, 1), backward)
+def _nhwc_tile(
+    p: Planner, win: shapes.Window, backward: bool = False, indices: bool = False
+) -> tuple[int, int]:
+    """Rows and pixels per work-item of a channels-last _strided kernel with tiles (of a max
+    forward that stores `indices` too, family "max indices")."""
+    family = f"{p.family} indices" if indices else p.family
+    return p.policy.nhwc_tile(p.rt.device, family, (win.sh, win.sw) == (1, 1), backward)
 
 
 def _plan_max_forward(
@@ -176,7 +180,7 @@ def _plan_max_forward(
     if n * c and p.strided:
         p.step_strided(
             "max_pool2d_forward_strided", {"x": 0}, slots, lanes=4,
-            tile=_nhwc_tile(p, win), **_max_sizes(win, h, w),
+            tile=_nhwc_tile(p, win, indices=with_indices), **_max_sizes(win, h, w),
         )  # fmt: skip
     elif n * c:
         p.step_by_plane(

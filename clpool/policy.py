@@ -192,25 +192,26 @@ class Policy:
         self, device: cl.Device, family: str, stride1: bool, backward: bool = False
     ) -> tuple[int, int]:
         """(rows, pixels along W) of elements per work-item of a channels-last _strided
-        kernel of `family` ("max", "avg", "max3d" or "adaptive3d"; `stride1`: its
-        window's stride is 1) that takes a tile: a forward's outputs, or a `backward`'s
-        gradients. On the H200, k3 s1 of
+        kernel of `family` ("max", "max indices": a max forward with its indices, "avg",
+        "max3d" or "adaptive3d"; `stride1`: its window's stride is 1) that takes a tile: a
+        forward's outputs, or a `backward`'s gradients. On the H200, k3 s1 of
         [128,64,128,128]: max 763 -> 505 us with (2, 4), avg 756 -> 352 us with (2, 2);
-        forwards of stride 2 gained nothing from tiles. The backward's (2, 2), k3 s2 of
-        [32,64,112,112]: max 110.7 -> 62.0 us, avg 103.8 -> 47.1 us. The 3-D backward ops
-        of NDHWC [8,64,16,56,56] k3 s2 p1 (family "max3d" or "adaptive3d": the adaptive
-        average takes rows only, its gradient C-contiguous): max 191.7 us with (1, 1), 90.2
-        with (2, 2), 106.7 with (4, 2), 123.0 with (1, 2); adaptive from 7x7x7 on an H100
-        212.4 us with (1, 1), 130.4 with (2, 1), 90.0 with (4, 1), 76.6 with (8, 1). (The
-        average's took rows too, 130.3 us with (4, 1) on the H200, before its gradient went
-        to the NCDHW tile.)"""
+        forwards of stride 2 gained nothing from tiles; on an H100, the same max with its
+        indices took 1,042 us with (2, 4), 932 with (1, 2) and 831 with (1, 1). The
+        backward's (2, 2), k3 s2 of [32,64,112,112]: max 110.7 -> 62.0 us, avg 103.8 -> 47.1
+        us. The 3-D backward ops of NDHWC [8,64,16,56,56] k3 s2 p1 (family "max3d" or
+        "adaptive3d": the adaptive average takes rows only, its gradient C-contiguous): max
+        191.7 us with (1, 1), 90.2 with (2, 2), 106.7 with (4, 2), 123.0 with (1, 2);
+        adaptive from 7x7x7 on an H100 212.4 us with (1, 1), 130.4 with (2, 1), 90.0 with
+        (4, 1), 76.6 with (8, 1). (The average's took rows too, 130.3 us with (4, 1) on the
+        H200, before its gradient went to the NCDHW tile.)"""
         if self.nhwc is not None:
             return min(self.nhwc[0], MAX_TILE), min(self.nhwc[1], MAX_TILE)
         if not self.on_gpu(device):
             return (1, 1)
         if backward:
             return (8, 1) if family == "adaptive3d" else (2, 2)
-        if not stride1:
+        if not stride1 or family == "max indices":
             return (1, 1)
         return (2, 4) if family == "max" else (2, 2)
 

@@ -109,6 +109,26 @@ def test_channels_last_forward_tiles_match_torch(case, tile, gpu):
         check_result(g, w, exact=case.startswith("max"))
 
 
+def test_a_gpus_channels_last_max_of_stride_1_tiles_its_values_but_not_with_indices(
+    build_options,
+):
+    """A GPU's channels-last max forward of stride 1 takes 2 x 4 outputs a work-item for its
+    values, one with its indices (policy.nhwc_tile: on an H100, k3 s1 of [128,64,128,128]
+    with indices took 1,042 us in 2 x 4 tiles, 831 one by one), with PyTorch's results."""
+    t = _tensor(9, (2, 8, 10, 11), ties=True)
+    with policy.use(gpu=True, per_plane=False):
+        for with_indices, tiled in ((False, True), (True, False)):
+            build_options.clear()
+            op = clpool.max_pool2d_with_indices if with_indices else clpool.max_pool2d
+            got = results(op(_nhwc_array(t), 3, 1, 1))
+            want = results(F.max_pool2d(t, 3, 1, 1, return_indices=with_indices))
+            for g, w in zip(got, want, strict=True):
+                check_result(g, w, exact=True)
+            tile = "-DCLPOOL_CL_ROWS=2 -DCLPOOL_CL_PIX=4"
+            assert any(tile in " ".join(o) for o in build_options) == tiled, with_indices
+            assert any("-DCLPOOL_CL_ROWS=" in " ".join(o) for o in build_options) == tiled
+
+
 AVG_BACKWARD_WINDOWS = [(3, 2, 1, True, False, None), (2, 1, 1, False, True, None),
                         (3, 1, 0, False, True, None), (3, 2, 1, False, True, 5)]
 
