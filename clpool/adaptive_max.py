@@ -23,7 +23,7 @@ import numpy.typing as npt
 import pyopencl as cl
 import pyopencl.array as cla
 
-from . import ops, plans, pool1d, pool3d, quirks, shapes
+from . import ops, plans, pool1d, pool3d, shapes
 from .errors import PoolArgumentError, Problem, Where
 from .plans import Planner, Scalars
 from .types import OptionalSize, Out, Tensor
@@ -147,9 +147,8 @@ def _plan_forward(
         p.cell_bounds(d, h, w, od, oh, ow)
         if not (p.gpu or p.strided) and w >= 8 * ow:  # a CPU's cells of 8 columns or more
             many = d * h * w >= LANES16 * od * oh * ow
-            lanes16 = w >= LANES16 * ow or (many and w % (16 * ow) == 0)  # ow > 0 where it divides
-            lanes16 = lanes16 and plans.NO_LANES16 not in quirks.options(p.rt.device)
-            p.options += (f"-DCLPOOL_MAX_LANES={16 if lanes16 else 4}",)
+            fits = w >= LANES16 * ow or (many and w % (16 * ow) == 0)  # ow > 0 where it divides
+            p.options += (f"-DCLPOOL_MAX_LANES={16 if fits and p.lanes16() else 4}",)
     out_shape = tuple(x.shape[:-rank]) + out
     like = 0 if p.strided else None  # the input's memory format, as ATen's
     p.output("out", out_shape, like=like)

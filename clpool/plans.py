@@ -238,6 +238,11 @@ class Planner:
         self.steps: list[kernels.Launch] = []
         self.outputs: list[Output] = []
 
+    def lanes16(self) -> bool:
+        """Whether this plan's programs may hold 16-lane vector code: a CPU's, unless a quirk
+        of its driver rules them out (quirks.py; a GPU's builds leave that code out)."""
+        return not self.gpu and NO_LANES16 not in quirks.options(self.rt.device)
+
     def strided_input(self, i: int) -> bool:
         """Whether input `i` is not C-contiguous from offset 0 (on the device)."""
         a = self.arrays[i]
@@ -493,12 +498,11 @@ class Planner:
         stores any (CPU_ROWS_ANY_OUTPUT), on a device whose kernels may hold 16-lane
         vectors (quirks.py)."""
         return (
-            not self.gpu
-            and name in CPU_ROWS
+            name in CPU_ROWS
             and c % 16 == 0
             and views == {1}
             and (output == 1 or name in CPU_ROWS_ANY_OUTPUT)
-            and NO_LANES16 not in quirks.options(self.rt.device)
+            and self.lanes16()
         )
 
     def _copy(self, i: int, slot: str) -> kernels.Launch | None:

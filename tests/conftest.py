@@ -111,32 +111,29 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return record
 
 
-@pytest.fixture
-def launch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
-    """The global size of every step of every plan clpool runs during the test, in order."""
-    record: list[tuple[int, ...]] = []
+def _step_sizes(monkeypatch: pytest.MonkeyPatch, field: str) -> list:
+    """`field` of every step of every plan clpool runs during the test, in order."""
+    record: list = []
     run = launch.run
 
     def spy(plan, arrays, out=None):
-        record.extend(step.global_size for step in plan.steps)
+        record.extend(getattr(step, field) for step in plan.steps)
         return run(plan, arrays, out)
 
     monkeypatch.setattr(launch, "run", spy)
     return record
+
+
+@pytest.fixture
+def launch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
+    """The global size of every step of every plan clpool runs during the test, in order."""
+    return _step_sizes(monkeypatch, "global_size")
 
 
 @pytest.fixture
 def local_sizes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...] | None]:
     """The local size of every step of every plan clpool runs during the test, in order."""
-    record: list[tuple[int, ...] | None] = []
-    run = launch.run
-
-    def spy(plan, arrays, out=None):
-        record.extend(step.local_size for step in plan.steps)
-        return run(plan, arrays, out)
-
-    monkeypatch.setattr(launch, "run", spy)
-    return record
+    return _step_sizes(monkeypatch, "local_size")
 
 
 @pytest.fixture
