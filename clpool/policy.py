@@ -55,6 +55,11 @@ TILES = {
         "max_pool2d_backward": (8, 2),
         "avg_pool2d_forward": (2, 2),
         "avg_pool2d_forward s1": (4, 2),
+        # k3 s1 of [128,64,128,128] on an H100, bfloat16: (2, 8) 272.2 us, (4, 8) 289.4,
+        # (1, 8) 306.3, (4, 2) 314.7 (the s1 tile), (1, 16) 335.2, (8, 8) 380.5, (2, 16)
+        # 1,698; max_pool2d's values there: (4, 4) 269.4 (the s1 tile), (4, 8) 269.6, (2, 8)
+        # 290.6, (1, 8) 319.9; avg_pool2d_backward: (4, 4) 345.6, (4, 8) 344.9, (2, 8) 346.4
+        "avg_pool2d_forward s1 bfloat16": (2, 8),
         # k3 s2 of [32,64,112,112], with the padding constant (the window walk folds):
         # (4, 2) 42.1 us, (8, 2) 46.6, (2, 2) 50.3, (4, 4) 58.6, (2, 4) 72.7; of
         # [128,64,128,128]: (4, 2) 179.2, (8, 2) 190.9, (4, 4) 241.7. k2 s2 of
@@ -227,10 +232,11 @@ class Policy:
         """(rows, columns) each work-item of `kernel` handles (`row`: its planes are one
         row; `stride1`: its window's stride is 1; `bfloat16`: its dtype is; `tiling`: its
         windows tile the plane, the stride being the window; each where a tile is tuned
-        for that, in that order: a 2-D tile on a row of its own would run as rows x
-        columns of one row)."""
+        for that, in that order, stride 1 in bfloat16 before either alone: a 2-D tile on a
+        row of its own would run as rows x columns of one row)."""
         table = self.tiles["GPU" if self.on_gpu(device) else "CPU"]
         names = [f"{kernel} row"] if row else []
+        names += [f"{kernel} s1 bfloat16"] if stride1 and bfloat16 else []
         names += [f"{kernel} s1"] if stride1 else []
         names += [f"{kernel} bfloat16"] if bfloat16 else []
         names += [f"{kernel} tiling"] if tiling else []

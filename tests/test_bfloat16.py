@@ -518,6 +518,8 @@ WIDE_CASES = [
     ((1, 2, 21, 44), 3, 2, 1, True),
     ((2, 2, 13, 42), 2, 2, 0, False),
     ((1, 3, 9, 37), 3, 2, 1, True),
+    ((2, 3, 11, 40), 3, 1, 1, False),  # stride 1: bfloat16's own tiles
+    ((1, 2, 10, 37), 3, 1, 1, True),
 ]
 
 
@@ -554,6 +556,33 @@ def test_gpu_wide_forms(build_options):
         assert_rounded_once(avg_back, yf.grad.numpy(), shape)
     built = " ".join(" ".join(options) for options in build_options)
     assert all(f in built for f in ("-DCLPOOL_VEC8", "-DCLPOOL_PACK=4", "-DCLPOOL_PACK=2"))
+
+
+def test_a_gpus_stride_1_takes_bfloat16s_own_tile_before_stride_1s(device, build_options):
+    """A tile tuned for stride 1 in bfloat16 comes before the stride-1 tile and the
+    bfloat16 tile; without one, the stride-1 tile holds. avg_pool2d at k3 s1 builds with
+    it (8 columns: 16-byte row loads) and rounds torch's float32 result once."""
+    table = policy.current().tiles["GPU"]
+    with policy.use(gpu=True):
+        pol = policy.current()
+        name = "avg_pool2d_forward"
+        tile = table[f"{name} s1 bfloat16"]
+        assert tile not in (table[f"{name} s1"], table[f"{name} bfloat16"])
+        assert pol.tile(device, name, stride1=True, bfloat16=True) == tile
+        assert pol.tile(device, name, stride1=True) == table[f"{name} s1"]
+        assert pol.tile(device, name, bfloat16=True) == table[f"{name} bfloat16"]
+        values = "max_pool2d_values"
+        assert f"{values} s1 bfloat16" not in table
+        assert pol.tile(device, values, stride1=True, bfloat16=True) == table[f"{values} s1"]
+        y = data(np.random.default_rng(21), (2, 3, 9, 48))
+        build_options.clear()
+        avg = clpool.avg_pool2d(y, 3, 1, 1)
+    assert_rounded_once(avg, F.avg_pool2d(tensor(y).float(), 3, 1, 1).numpy())
+    rows, cols = tile
+    assert any(
+        f"-DCLPOOL_ROWS={rows}" in o and f"-DCLPOOL_COLS={cols}" in o and "-DCLPOOL_VEC8" in o
+        for o in build_options
+    )
 
 
 def test_gpu_wide_adaptive_backward():
