@@ -653,7 +653,8 @@ def bfloat16_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 
 def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """bfloat16's GPU tiles (planned as for a GPU): rows loaded 8 elements at a time and
-    tile rows stored 4 at a time (-DCLPOOL_VEC8, -DCLPOOL_PACK=4), row tails included; the
+    tile rows stored 4 at a time (-DCLPOOL_VEC8, -DCLPOOL_PACK=4), row tails included, at
+    strides 2 and 1; the
     3-D forwards' rows in chunks of 8; the NDHWC average ops' local tile; the adaptive max
     backward's gather and scatter; the one-pass adaptive backward kernels."""
     y = _data((1, 2, 7, 16), dtype, 901, ties=True)
@@ -664,6 +665,9 @@ def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
            lambda: ref.max_pool2d(y, 3, 2, 1))
     yield ("gpu/avg_pool2d/wide", _as_gpu(lambda: clpool.avg_pool2d(y, 3, 2, 1)),
            lambda: ref.avg_pool2d(y, 3, 2, 1))
+    # stride 1: bfloat16's own tile, 8 columns loaded 8 at a time
+    yield ("gpu/avg_pool2d/wide-stride1", _as_gpu(lambda: clpool.avg_pool2d(y, 3, 1, 1)),
+           lambda: ref.avg_pool2d(y, 3, 1, 1))
     yield ("gpu/max_pool2d_with_indices_backward/wide",
            _as_gpu(lambda: clpool.max_pool2d_with_indices_backward(g, y, 3, 2, 1, indices=idx)),
            lambda: ref.max_pool2d_with_indices_backward(g, y, idx, 3, 2, 1))
