@@ -654,9 +654,9 @@ def bfloat16_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
 def bfloat16_gpu_cases(dtype: np.dtype) -> Iterator[tuple[str, object, object]]:
     """bfloat16's GPU tiles (planned as for a GPU): rows loaded 8 elements at a time and
     tile rows stored 4 at a time (-DCLPOOL_VEC8, -DCLPOOL_PACK=4), row tails included, at
-    strides 2 and 1; the
-    3-D forwards' rows in chunks of 8; the NDHWC average ops' local tile; the adaptive max
-    backward's gather and scatter; the one-pass adaptive backward kernels."""
+    strides 2 and 1; the 3-D forwards' rows in chunks of 8; the NDHWC average ops' local
+    tile; the adaptive max backward's gather and scatter; the one-pass adaptive backward
+    kernels."""
     y = _data((1, 2, 7, 16), dtype, 901, ties=True)
     g = _data((1, 2, 4, 8), dtype, 902)
     out, idx = ref.max_pool2d_with_indices(y, 3, 2, 1)

@@ -518,7 +518,7 @@ WIDE_CASES = [
     ((1, 2, 21, 44), 3, 2, 1, True),
     ((2, 2, 13, 42), 2, 2, 0, False),
     ((1, 3, 9, 37), 3, 2, 1, True),
-    ((2, 3, 11, 40), 3, 1, 1, False),  # stride 1: bfloat16's own tiles
+    ((2, 3, 11, 40), 3, 1, 1, False),  # stride 1: its tiles (the average forward's 2 x 8)
     ((1, 2, 10, 37), 3, 1, 1, True),
 ]
 
