@@ -164,6 +164,11 @@ class Policy:
     # Forced choices for tests and the canary; None lets the device decide.
     gpu: bool | None = None  # plan as for a GPU
     per_plane: bool | None = None  # one work-item per plane (float32/64; CPU by default)
+    # A CPU runs one work-item per plane from one plane per this many cores. On 2 cores,
+    # inputs of 1 and 3 planes ran faster per plane than per tile in every op that has
+    # both: wall time 1.6-86x under Intel's runtime, 4.7-236x under PoCL, so a plane's
+    # kernel did 3x a tile's work a core or more (BENCHMARKS.md).
+    cores_per_plane: int = 3
     # CLPOOL_NHWC_TILE=rows,pixels: outputs per work-item of the channels-last forward
     # _strided kernels (tuning sweeps); None lets the device decide (nhwc_tile).
     nhwc: tuple[int, int] | None = None
@@ -184,14 +189,15 @@ class Policy:
         self, device: cl.Device, dtype: np.dtype, planes: int, backward: bool = False
     ) -> bool:
         """Whether an op runs one work-item per plane (a CPU, float32 or float64, bfloat16's
-        forward ops, and two planes or more per core), rather than one per tile of its
-        output. A `backward` kernel per plane adds into its output in memory, which a
-        16-bit dtype would round at every addition, not once."""
+        forward ops, and a plane per `cores_per_plane` cores or more), rather than one per
+        tile of its output. A `backward` kernel per plane adds into its output in memory,
+        which a 16-bit dtype would round at every addition, not once."""
         if dtype == np.float16 or (backward and dtype.itemsize < 4):
             return False
         if self.per_plane is not None:
             return self.per_plane
-        return not self.on_gpu(device) and planes >= 2 * device.max_compute_units
+        enough = planes * self.cores_per_plane >= device.max_compute_units
+        return not self.on_gpu(device) and enough
 
     def nhwc_tile(
         self, device: cl.Device, family: str, stride1: bool, backward: bool = False

@@ -449,3 +449,24 @@ def test_one_divisor_for_every_window_is_a_build_constant(device, build_options,
                     np.testing.assert_allclose(got, op_ref(*arrays, k, s, p, **kw), rtol=1e-12)
                     divisors = {o for opts in build_options for o in opts if "AVG_DIVISOR" in o}
                     assert divisors == ({f"-DCLPOOL_AVG_DIVISOR={want}"} if want else set()), kw
+
+
+def test_a_cpu_runs_one_work_item_a_plane_from_one_plane_per_three_cores(device, launched):
+    """On a CPU, the windowed ops run one work-item per plane once there is a plane per
+    `cores_per_plane` (3) cores, so one plane on a machine of 2 or 3 cores: measured, a
+    plane's kernel on one core beat the tiles on every core 3x a core or more. Fewer planes
+    run per tile; a GPU never runs per plane."""
+    cores = device.max_compute_units
+    enough = -(-cores // 3)
+    f32 = np.dtype(np.float32)
+    with policy.use(gpu=False, per_plane=None) as cpu:
+        assert cpu.by_plane(device, f32, enough) and not cpu.by_plane(device, f32, enough - 1)
+        for planes in [p for p in (enough - 1, enough) if p]:
+            x = np.ones((planes, 1, 8, 8), np.float32)
+            launched.clear()
+            g = clpool.avg_pool2d(x, 3, 2, 1)
+            clpool.avg_pool2d_backward(g, x, 3, 2, 1)
+            plane_kernels = [name for name, _ in launched if name.endswith("_plane")]
+            assert len(plane_kernels) == (2 if planes == enough else 0), (planes, launched)
+    with policy.use(gpu=True, per_plane=None) as gpu:
+        assert not gpu.by_plane(device, f32, 64 * cores)
