@@ -277,7 +277,9 @@ def _plan_backward(
                            tile=ops._nhwc_tile(p, cells, backward=True),
                            **ops._max_sizes(cells, h, w))  # fmt: skip
         elif n * c:
-            p.step_by_plane("max_pool2d_backward", (w, h, n * c), **ops._max_sizes(cells, h, w))
+            p.step_by_plane(
+                "max_pool2d_backward", (w, h, n * c), bands=h, **ops._max_sizes(cells, h, w)
+            )
     if wide or cells is not None:
         p.arrays = [_fold(a) if i != 1 else a for i, a in enumerate(p.arrays)]
         return p.plan("grad_out", None, "indices")
@@ -293,7 +295,10 @@ def _plan_backward(
     if n * c and strided:
         p.step_strided("adaptive_max_pool2d_backward_strided", views, H=h, W=w, OH=oh, OW=ow)
     elif n * c and p.by_plane and od * oh * ow <= d * h * w:
-        p.step("adaptive_max_pool_backward_plane", (n * c,), local=(1,), **sizes)
+        # bands of rows where planes are fewer than cores: measured faster in 2-D only
+        # (one plane of 1024x1024 to 7x7, PoCL: 91-111 -> 69-91 us; of 32x128x128 to 7x7x7
+        # 60-79 -> 71-92 us, BENCHMARKS.md)
+        p.step_planes("adaptive_max_pool_backward_plane", n * c, h if d == 1 else None, **sizes)
     elif n * c:  # grad_output and indices read as they are
         p.as_is = True
         strides: Scalars = {**pool3d._view_strides(p, "grad_out", 0, rank), "C": c}

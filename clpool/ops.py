@@ -286,7 +286,7 @@ def _plan_max_backward(
             "max_pool2d_backward_strided", views, lanes=4, tile=tile, **_max_sizes(win, h, w)
         )
     elif n * c:
-        p.step_by_plane("max_pool2d_backward", (w, h, n * c), **_max_sizes(win, h, w))
+        p.step_by_plane("max_pool2d_backward", (w, h, n * c), bands=h, **_max_sizes(win, h, w))
     return p.plan("grad_out", None, "indices")
 
 
@@ -507,7 +507,7 @@ def _plan_adaptive_forward(
         p.step_strided("adaptive_avg_pool2d_forward_strided", {"x": 0}, lanes=4, **sizes)
     elif whole and not p.gpu:
         # A CPU sums a plane fastest in one work-item.
-        p.step("adaptive_avg_pool2d_plane", (n * c,), local=(1,), HW=h * w)
+        p.step_planes("adaptive_avg_pool2d_plane", n * c, HW=h * w)
     elif per_plane := _wide_cells(p, (h, w), (oh, ow)):
         group = _cell_group(p, "adaptive_avg_pool2d_global", h * w, per_plane)
         p.step(

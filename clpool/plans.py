@@ -422,16 +422,32 @@ class Planner:
         sizes: tuple[int, ...],
         slots: dict[str, str] | None = None,
         planes: int | None = None,
+        bands: int | None = None,
         **scalars: Any,
     ) -> None:
         """Launch kernel `name` over `sizes` (cols, rows, planes), or its `_plane` variant
         over the planes (`planes` of them where dimension 2 counts something else, as the
-        3-D kernels' (volume, depth slab) rows) where the planner chose that."""
+        3-D kernels' (volume, depth slab) rows) where the planner chose that; a `_plane`
+        kernel that splits a plane's `bands` rows into bands, over (planes, bands)."""
         if self.by_plane:
             count = sizes[2] if planes is None else planes
-            self.step(f"{name}_plane", (count,), local=(1,), slots=slots, **scalars)
+            self.step_planes(f"{name}_plane", count, bands, slots, **scalars)
         else:
             self.step(name, sizes, slots=slots, **scalars)
+
+    def step_planes(
+        self,
+        name: str,
+        planes: int,
+        bands: int | None = None,
+        slots: dict[str, str] | None = None,
+        **scalars: Any,
+    ) -> None:
+        """Launch kernel `name` with a work-item per plane, or over (planes, bands) where
+        the kernel splits a plane's `bands` rows into bands (Policy.plane_bands)."""
+        split = 1 if bands is None else self.policy.plane_bands(self.rt.device, planes, bands)
+        grid = (planes,) if bands is None else (planes, split)
+        self.step(name, grid, local=(1,) * len(grid), slots=slots, **scalars)
 
     def step_strided(
         self,

@@ -169,6 +169,9 @@ class Policy:
     # both: wall time 1.6-86x under Intel's runtime, 4.7-236x under PoCL, so a plane's
     # kernel did 3x a tile's work a core or more (BENCHMARKS.md).
     cores_per_plane: int = 3
+    # The fewest rows of a plane's band (plane_bands): a band reads the windows that
+    # reach it across its edges too.
+    min_band_rows: int = 8
     # CLPOOL_NHWC_TILE=rows,pixels: outputs per work-item of the channels-last forward
     # _strided kernels (tuning sweeps); None lets the device decide (nhwc_tile).
     nhwc: tuple[int, int] | None = None
@@ -198,6 +201,13 @@ class Policy:
             return self.per_plane
         enough = planes * self.cores_per_plane >= device.max_compute_units
         return not self.on_gpu(device) and enough
+
+    def plane_bands(self, device: cl.Device, planes: int, rows: int) -> int:
+        """How many bands of rows each plane's work splits into where a kernel per plane
+        can take bands: one work-item a band, as many as keep the device's cores busy
+        where planes are fewer than cores, each band of `min_band_rows` rows or more."""
+        cores = device.max_compute_units
+        return max(1, min(cores // max(planes, 1), rows // self.min_band_rows))
 
     def nhwc_tile(
         self, device: cl.Device, family: str, stride1: bool, backward: bool = False

@@ -378,7 +378,7 @@ def _plan_max_backward(
         _step_strided(p, "max_pool3d_backward_strided", views, tile=tile, **_max_sizes(win, dhw))
     elif n * c:
         grid = (w, h, n * c * -(-d // depths))
-        p.step_by_plane("max_pool3d_backward", grid, planes=n * c, **_max_sizes(win, dhw))
+        p.step_by_plane("max_pool3d_backward", grid, planes=n * c, bands=d, **_max_sizes(win, dhw))
     return p.plan("grad_out", None, "indices")
 
 
@@ -485,7 +485,7 @@ def _plan_avg_backward(
     if n * c and p.strided and not view:  # a CPU's _strided kernel (rows of 16 channels)
         _step_strided(p, "avg_pool3d_backward_strided", {"grad_out": 0}, **sizes)
     elif n * c and p.by_plane:
-        p.step("avg_pool3d_backward_plane", (n * c,), local=(1,), **sizes)
+        p.step_planes("avg_pool3d_backward_plane", n * c, **sizes)
     elif n * c:  # the tile, a GPU's strided gradient read as it lies (BENCHMARKS.md)
         p.as_is = True
         if view:  # its rows of grad_x packed as a C-contiguous gradient's (not timed apart)
@@ -579,7 +579,7 @@ def _plan_adaptive_backward(
     if n * c and p.by_plane:  # grad_output read as it is
         p.as_is = True
         sizes.update(_view_strides(p, "grad_out", 0))
-        p.step(f"{name}_plane", (n * c,), local=(1,), C=c, **sizes)
+        p.step_planes(f"{name}_plane", n * c, C=c, **sizes)
     elif n * c and p.strided:  # C-contiguous, as ATen's
         rows = p.policy.nhwc_tile(p.rt.device, "adaptive3d", False, backward=True)[0]
         _step_strided(p, f"{name}_strided", {"grad_out": 0}, tile=(rows, 1), **sizes)

@@ -249,7 +249,7 @@ def _plan_forward(
         rows = planes // c * -(-axes["OH"] // axes["sh"])
         p.step("max_unpool_tile_rows", (-(-c // 256), 1, rows), (1, 1, 1), **views, **sizes)
     elif planes and op and gather and p.policy.by_plane(p.rt.device, p.dtype, planes):
-        p.step("max_unpool_plane", (planes,), local=(1,), **views)
+        p.step_planes("max_unpool_plane", planes, **views)
     elif planes and op and tiles:
         p.options += tile
         p.rows = p.policy.tile(p.rt.device, "max_unpool_tile")[0]

@@ -328,9 +328,11 @@ __kernel void adaptive_max_pool_scatter(__global const elem_t *restrict grad_out
     STORE(grad_x, plane * volume + e, sum);
 }
 
-/* The backward for a CPU (float32 and float64): one work-item per plane clears it, then
- * adds each cell's grad_out to the element its index names, in output order (PyTorch's CPU
- * loop), where that element lies in the cell; the same sums as the kernel above. */
+/* The backward for a CPU (float32 and float64): one work-item per plane (or per band of
+ * its rows where planes are fewer than cores, Policy.plane_bands) clears it, then adds
+ * each cell's grad_out to the element its index names, in output order (PyTorch's CPU
+ * loop), where that element lies in the cell (and the band); the same sums as the kernel
+ * above. */
 __kernel void adaptive_max_pool_backward_plane(__global const elem_t *restrict grad_out,
                                                __global const index_t *restrict indices,
                                                __global elem_t *restrict grad_x,
@@ -341,7 +343,12 @@ __kernel void adaptive_max_pool_backward_plane(__global const elem_t *restrict g
     __global const elem_t *gp = grad_out + plane * cells;
     __global const index_t *ip = indices + plane * cells;
     __global elem_t *xp = grad_x + plane * volume;
-    clear_rows(xp, W, 0, D * H);
+    /* rows r0 .. r1 - 1 of the D * H of the volume: band get_global_id(1) of
+     * get_global_size(1) */
+    int bands = get_global_size(1), band = get_global_id(1);
+    int r0 = (long)D * H * band / bands, r1 = (long)D * H * (band + 1) / bands;
+    long lo = (long)r0 * W, hi = (long)r1 * W;
+    clear_rows(xp, W, r0, r1);
     pos_t k = 0;
     for (int od = 0; od < OD; ++od) {
         int d0 = cell_start(od, D, OD), d1 = cell_end(od, D, OD);
@@ -364,7 +371,7 @@ __kernel void adaptive_max_pool_backward_plane(__global const elem_t *restrict g
                         long row = ((long)d * H + h) * W;
                         inside |= i >= row + w && i < row + w1;
                     }
-                if (inside)
+                if (inside && i >= lo && i < hi)
                     STORE(xp, i, LOAD(xp, i) + LOAD(gp, k));
             }
         }

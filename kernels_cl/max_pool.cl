@@ -172,9 +172,10 @@ __kernel void max_pool2d_backward(__global const elem_t *restrict grad_out,
         STORE_COLS(grad_x, plane * H * W + self + (pos_t)r * W, g[r], min(CLPOOL_COLS, W - iw0))
 }
 
-/* The backward for a CPU: one work-item per plane adds each gradient at the element its
- * index names, in output order (into rows cleared just before), skipping an index outside
- * its window or the plane (checked 16 windows at a time: plane.h). That is the gather
+/* The backward for a CPU: one work-item per plane, or per band of its rows where planes
+ * are fewer than cores (Policy.plane_bands), adds each gradient at the element its index
+ * names, in output order (into rows cleared just before), skipping an index outside its
+ * window or the band (checked 16 windows at a time: plane.h). That is the gather
  * above (the same sums in the same order) as plain loops, PyTorch's CPU algorithm: a CPU
  * gathering pays a vector gather per candidate window (BENCHMARKS.md). */
 __kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out,
@@ -188,15 +189,20 @@ __kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out
     __global const index_t *ip = indices + plane * OH * OW;
     __global elem_t *xp = grad_x + plane * H * W;
     pos_t HW = (pos_t)H * W;
-    index_t lo = 0, hi = HW; /* one depth: the plane */
+    /* rows r0 .. r1 - 1 of the plane: band get_global_id(1) of get_global_size(1) */
+    int bands = get_global_size(1), band = get_global_id(1);
+    int r0 = (long)H * band / bands, r1 = (long)H * (band + 1) / bands;
+    index_t lo = (pos_t)r0 * W, hi = (pos_t)r1 * W; /* one depth: the band's rows */
     int z0 = 0, span_d = 1, span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
-    int cleared = 0;
-    for (int oh = 0; oh < OH; ++oh) {
+    int cleared = r0;
+    for (int oh = 0; oh < OH && oh * sh - ph < r1; ++oh) {
         int y0 = oh * sh - ph;
-        cleared = clear_rows(xp, W, cleared, min(y0 + span_h, H));
+        if (y0 + span_h <= r0)
+            continue;
+        cleared = clear_rows(xp, W, cleared, min(y0 + span_h, r1));
         ADD_MAX_GRADS_ROW((pos_t)oh * OW, -pw)
     }
-    clear_rows(xp, W, cleared, H);
+    clear_rows(xp, W, cleared, r1);
 }
 
 #if CLPOOL_DTYPE == 64

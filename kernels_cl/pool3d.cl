@@ -415,7 +415,8 @@ __kernel void avg_pool3d_backward(__global const elem_t *restrict grad_out,
 }
 
 /* The backward kernels for a CPU, as max_pool2d_backward_plane and
- * avg_pool2d_backward_plane: one work-item per volume adds each window's gradient (max:
+ * avg_pool2d_backward_plane: one work-item per volume (the max: per band of its depths
+ * where volumes are fewer than cores, Policy.plane_bands) adds each window's gradient (max:
  * at the element its index names, where that lies inside the volume and the window's span,
  * as the gathers count it; average: its share at each element inside the volume) in
  * ascending output order, into depths cleared just before the first window reaches them:
@@ -442,18 +443,23 @@ __kernel void max_pool3d_backward_plane(__global const elem_t *restrict grad_out
     __global const elem_t *gp = grad_out + volume * ODHW;
     __global const index_t *ip = indices + volume * ODHW;
     __global elem_t *xp = grad_x + volume * D * HW;
+    /* depths q0 .. q1 - 1 of the volume: band get_global_id(1) of get_global_size(1) */
+    int bands = get_global_size(1), band = get_global_id(1);
+    int q0 = (long)D * band / bands, q1 = (long)D * (band + 1) / bands;
     int span_d = (kd - 1) * dd + 1, span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
-    int cleared = 0;
-    for (int od = 0; od < OD; ++od) {
+    int cleared = q0;
+    for (int od = 0; od < OD && od * sd - pd < q1; ++od) {
         int z0 = od * sd - pd;
-        cleared = clear_depths(xp, HW, cleared, min(z0 + span_d, D));
-        index_t lo = (index_t)max(z0, 0) * HW, hi = (index_t)min(z0 + span_d, D) * HW;
+        if (z0 + span_d <= q0)
+            continue;
+        cleared = clear_depths(xp, HW, cleared, min(z0 + span_d, q1));
+        index_t lo = (index_t)max(z0, q0) * HW, hi = (index_t)min(z0 + span_d, q1) * HW;
         for (int oh = 0; oh < OH; ++oh) {
             int y0 = oh * sh - ph;
             ADD_MAX_GRADS_ROW(((pos_t)od * OH + oh) * OW, -pw)
         }
     }
-    clear_depths(xp, HW, cleared, D);
+    clear_depths(xp, HW, cleared, q1);
 }
 
 __kernel void avg_pool3d_backward_plane(__global const elem_t *restrict grad_out,

@@ -21,7 +21,7 @@ from pool_cases import (
 )
 
 import clpool
-from clpool import policy, programs
+from clpool import launch, policy, programs
 from clpool import reference as ref
 from clpool.shapes import stored_channels_last
 
@@ -607,3 +607,60 @@ def test_gpu_tiles_of_the_max_backward_give_pytorchs_bits(device, build_options,
         assert same_bits(got, xt.grad.numpy()), args
         assert same_bits(got, plane), args
     assert any({"-DCLPOOL_PH=1", "-DCLPOOL_PW=2"} <= set(o) for o in build_options)
+
+
+BANDED = ("max_pool2d_backward_plane", "max_pool3d_backward_plane",
+          "adaptive_max_pool_backward_plane")  # fmt: skip
+
+
+@pytest.mark.parametrize("planes", [1, 2])
+def test_a_cpus_max_backward_splits_few_planes_into_bands_of_rows(device, monkeypatch, planes):
+    """Where planes are fewer than cores, a CPU's per-plane max backward gives each band
+    of a plane's rows (a volume's depths) a work-item (Policy.plane_bands): the gather's
+    sums, windows across a band's edges (strides 1 to 3, padding, dilation, ceil mode,
+    ties) included, the same bits as the float64 reference, in the backward of
+    max_pool2d, max_pool3d and adaptive_max_pool2d (cells of one size and of two)."""
+    cores = device.max_compute_units
+    if cores < 2 * planes:
+        pytest.skip("bands need more cores than planes")
+    grids = []
+    run = launch.run
+
+    def spy(plan, arrays, out=None):
+        grids.extend((s.name, s.global_size) for s in plan.steps if s.name in BANDED)
+        return run(plan, arrays, out)
+
+    monkeypatch.setattr(launch, "run", spy)
+    rng = np.random.default_rng(4300 + planes)
+
+    def ties(shape):
+        return np.round(rng.standard_normal(shape) * 2).astype(np.float32)
+
+    def grads(shape):  # integers: exact sums in any order
+        return rng.integers(-8, 8, shape).astype(np.float32)
+
+    with policy.use(gpu=False, per_plane=True, min_band_rows=2):
+        for h, w, args in [(37, 20, (3, 1, 1)), (40, 16, (2, 2)), (29, 31, (3, 2, 1, 2, True)),
+                           (12, 40, (5, 3, 2)), (64, 9, (4, 1, 2, 1, False))]:  # fmt: skip
+            x = ties((1, planes, h, w))
+            out, idx = clpool.max_pool2d_with_indices(x, *args)
+            g = grads(out.shape)
+            want = ref.max_pool2d_with_indices_backward(g, x, idx, *args)
+            got = clpool.max_pool2d_with_indices_backward(g, x, *args, indices=idx)
+            assert same_bits(got, want.astype(np.float32)), (h, w, args)
+        for d, args in [(9, (3, 1, 1)), (12, (3, 2, 1, 2, True)), (7, (2, 2))]:
+            x = ties((1, planes, d, 10, 11))
+            out, idx = clpool.max_pool3d_with_indices(x, *args)
+            g = grads(out.shape)
+            want = ref.max_pool3d_with_indices_backward(g, x, idx, *args)
+            got = clpool.max_pool3d_with_indices_backward(g, x, *args, indices=idx)
+            assert same_bits(got, want.astype(np.float32)), (d, args)
+        for size in [(7, 4), (5, 3)]:  # 42 x 28 in cells of 6 x 7; of 8-9 x 9-10
+            x = ties((1, planes, 42, 28))
+            out, idx = clpool.adaptive_max_pool2d(x, size, return_indices=True)
+            g = grads(out.shape)
+            want = ref.adaptive_max_pool_backward(g, x, idx, 2)
+            got = clpool.adaptive_max_pool2d_backward(g, x, idx)
+            assert same_bits(got, want.astype(np.float32)), size
+    assert {name for name, _ in grids} == set(BANDED), grids
+    assert all(len(s) == 2 and s[0] == planes and 1 < s[1] <= cores // planes for _, s in grids)
