@@ -445,8 +445,9 @@ class Planner:
     ) -> None:
         """Launch kernel `name` with a work-item per plane, or over (planes, bands) where
         the kernel splits a plane's `bands` rows into bands (Policy.plane_bands)."""
-        split = 1 if bands is None else self.policy.plane_bands(self.rt.device, planes, bands)
-        grid = (planes,) if bands is None else (planes, split)
+        grid: tuple[int, ...] = (planes,)
+        if bands is not None:
+            grid += (self.policy.plane_bands(self.rt.device, planes, bands),)
         self.step(name, grid, local=(1,) * len(grid), slots=slots, **scalars)
 
     def step_strided(

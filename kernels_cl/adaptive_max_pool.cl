@@ -343,12 +343,9 @@ __kernel void adaptive_max_pool_backward_plane(__global const elem_t *restrict g
     __global const elem_t *gp = grad_out + plane * cells;
     __global const index_t *ip = indices + plane * cells;
     __global elem_t *xp = grad_x + plane * volume;
-    /* rows r0 .. r1 - 1 of the D * H of the volume: band get_global_id(1) of
-     * get_global_size(1) */
-    int bands = get_global_size(1), band = get_global_id(1);
-    int r0 = (long)D * H * band / bands, r1 = (long)D * H * (band + 1) / bands;
-    long lo = (long)r0 * W, hi = (long)r1 * W;
-    clear_rows(xp, W, r0, r1);
+    int2 rows = plane_band(D * H); /* of the volume's D * H rows */
+    long lo = (long)rows.x * W, hi = (long)rows.y * W;
+    clear_rows(xp, W, rows.x, rows.y);
     pos_t k = 0;
     for (int od = 0; od < OD; ++od) {
         int d0 = cell_start(od, D, OD), d1 = cell_end(od, D, OD);

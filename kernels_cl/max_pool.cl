@@ -189,9 +189,8 @@ __kernel void max_pool2d_backward_plane(__global const elem_t *restrict grad_out
     __global const index_t *ip = indices + plane * OH * OW;
     __global elem_t *xp = grad_x + plane * H * W;
     pos_t HW = (pos_t)H * W;
-    /* rows r0 .. r1 - 1 of the plane: band get_global_id(1) of get_global_size(1) */
-    int bands = get_global_size(1), band = get_global_id(1);
-    int r0 = (long)H * band / bands, r1 = (long)H * (band + 1) / bands;
+    int2 rows = plane_band(H);
+    int r0 = rows.x, r1 = rows.y;
     index_t lo = (pos_t)r0 * W, hi = (pos_t)r1 * W; /* one depth: the band's rows */
     int z0 = 0, span_d = 1, span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
     int cleared = r0;

@@ -7,6 +7,15 @@
 #ifndef CLPOOL_PLANE_H
 #define CLPOOL_PLANE_H
 
+/* Rows (or depths) x .. y - 1 of the `rows` of a plane: the band a work-item of a banded
+ * _plane kernel takes, band get_global_id(1) of get_global_size(1) (Policy.plane_bands;
+ * one band, all of them, where the range has one dimension). */
+inline int2 plane_band(int rows)
+{
+    long bands = get_global_size(1), band = get_global_id(1);
+    return (int2)(rows * band / bands, rows * (band + 1) / bands);
+}
+
 /* The lanes of vector tap v that take the max from best: greater, or NaN; and those
  * lanes' values taken (FOLD_MAX16 and FOLD_MAX4). */
 #define MAX_TAKES(v, best) (isgreater((v), (best)) | isnan(v))

@@ -443,9 +443,8 @@ __kernel void max_pool3d_backward_plane(__global const elem_t *restrict grad_out
     __global const elem_t *gp = grad_out + volume * ODHW;
     __global const index_t *ip = indices + volume * ODHW;
     __global elem_t *xp = grad_x + volume * D * HW;
-    /* depths q0 .. q1 - 1 of the volume: band get_global_id(1) of get_global_size(1) */
-    int bands = get_global_size(1), band = get_global_id(1);
-    int q0 = (long)D * band / bands, q1 = (long)D * (band + 1) / bands;
+    int2 depths = plane_band(D);
+    int q0 = depths.x, q1 = depths.y;
     int span_d = (kd - 1) * dd + 1, span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
     int cleared = q0;
     for (int od = 0; od < OD && od * sd - pd < q1; ++od) {
